@@ -1,0 +1,105 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// QueenLockSpec is the state of one held permit. The times are stamped by the
+// admission webhook from the API server side's clock; whatever a client sends
+// in them is replaced.
+// +kubebuilder:validation:XValidation:rule="self.slot < self.limit",message="slot must be below limit"
+type QueenLockSpec struct {
+	// lock is the name of the lock or semaphore this permit belongs to:
+	// 1 to 256 bytes of UTF-8, no control character and no '#'.
+	// It cannot change once the permit exists.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="lock is immutable"
+	Lock string `json:"lock"`
+
+	// slot is the permit's index within the semaphore, from 0 to limit-1.
+	// A lock is a semaphore of limit 1 whose only slot is 0.
+	// It cannot change once the permit exists.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1023
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="slot is immutable"
+	Slot int32 `json:"slot"`
+
+	// limit is the number of permits the holder asked the semaphore to have.
+	// It is informational: the limit is the callers', stored nowhere else.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	Limit int32 `json:"limit"`
+
+	// owner names the holder, 1 to 256 bytes. Two callers that send the same
+	// owner are one holder.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Owner string `json:"owner"`
+
+	// ttlSeconds is the lifetime the holder declares, counted from each
+	// acquire or renew as the server admits it.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=31536000
+	TTLSeconds int64 `json:"ttlSeconds"`
+
+	// acquireTime is when the current holder acquired the permit. An update
+	// that clears it asks to take over an expired permit; an update that keeps
+	// it is a renew. Stamped by the server.
+	// +optional
+	AcquireTime *metav1.MicroTime `json:"acquireTime,omitempty"`
+
+	// renewTime is when the permit was last acquired or renewed. Stamped by
+	// the server.
+	// +optional
+	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
+
+	// expireTime is renewTime plus ttlSeconds: from then on the permit is
+	// free to take over, and the controller deletes it. Stamped by the server.
+	// +optional
+	ExpireTime *metav1.MicroTime `json:"expireTime,omitempty"`
+}
+
+// QueenLock is one permit of a lock or semaphore. Its resourceVersion is the
+// permit's fencing token: every write to it is a lock transition.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=qlock,categories=queen-locks
+// +kubebuilder:printcolumn:name="Lock",type=string,JSONPath=`.spec.lock`
+// +kubebuilder:printcolumn:name="Slot",type=integer,JSONPath=`.spec.slot`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner`
+// +kubebuilder:printcolumn:name="Token",type=string,JSONPath=`.metadata.resourceVersion`
+// +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.spec.acquireTime`
+// +kubebuilder:printcolumn:name="Renewed",type=date,JSONPath=`.spec.renewTime`
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.spec.expireTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type QueenLock struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata. Its name is
+	// permitName(spec.lock, spec.slot).
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the permit's holder and lifetime.
+	// +required
+	Spec QueenLockSpec `json:"spec"`
+}
+
+// QueenLockList is a list of QueenLock permits.
+//
+// +kubebuilder:object:root=true
+type QueenLockList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []QueenLock `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&QueenLock{}, &QueenLockList{})
+}

@@ -1,0 +1,149 @@
+// Package manager wires the operator together: the expiry controller, the
+// admission webhooks, the HTTP route and their metrics, on one
+// controller-runtime manager. cmd/manager and the local control plane of
+// `make dev` both call it, so they run the same thing.
+package manager
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/controllers"
+	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/webhook"
+)
+
+// MinServerVersion is the oldest Kubernetes whose resourceVersions are
+// comparable integers (KEP-5504). On anything older a token could not be
+// compared, so the manager does not start.
+var MinServerVersion = version.MustParseGeneric("1.35.0")
+
+// Scheme holds the types the manager reads and writes.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(locksv1alpha1.AddToScheme(Scheme))
+}
+
+// Options are the manager's settings; cmd/manager maps its flags onto them.
+type Options struct {
+	MetricsAddr             string
+	ProbeAddr               string
+	WebhookHost             string
+	WebhookPort             int
+	CertDir                 string
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	ExpiryGrace             time.Duration
+	Clock                   clock.PassiveClock
+
+	// RouteAddr is where the HTTP route listens; empty runs no route.
+	RouteAddr string
+	// Auth is route.AuthToken or route.AuthNone.
+	Auth string
+	// DefaultNamespace is the namespace of calls that name none, with route.AuthNone.
+	DefaultNamespace string
+}
+
+// New checks the API server's version and builds a manager with every part
+// registered. The caller starts it.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if err := CheckServerVersion(cfg); err != nil {
+		return nil, err
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir}),
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "queen-locks-expiry.locks.queen.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Releasing the lease on a clean stop lets the next replica take
+		// expiry over at once instead of after the lease duration.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	expiry := &controllers.Expiry{
+		Client:   mgr.GetClient(),
+		Clock:    o.Clock,
+		Grace:    o.ExpiryGrace,
+		Recorder: mgr.GetEventRecorder("queen-locks"),
+	}
+	if err := expiry.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the expiry controller: %w", err)
+	}
+	(&webhook.QueenLock{Clock: o.Clock}).SetupWithManager(mgr)
+	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	if o.RouteAddr != "" {
+		srv, err := route.New(route.Config{
+			Addr:             o.RouteAddr,
+			Auth:             o.Auth,
+			DefaultNamespace: o.DefaultNamespace,
+			REST:             cfg,
+			Scheme:           Scheme,
+			Mapper:           mgr.GetRESTMapper(),
+			Clock:            o.Clock,
+			Log:              ctrl.Log.WithName("route"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(srv); err != nil {
+			return nil, fmt.Errorf("adding the route: %w", err)
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// CheckServerVersion refuses an API server older than MinServerVersion.
+func CheckServerVersion(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating discovery client: %w", err)
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("reading the API server's version: %w", err)
+	}
+	return checkVersion(info.GitVersion)
+}
+
+func checkVersion(gitVersion string) error {
+	v, err := version.ParseGeneric(gitVersion)
+	if err != nil {
+		return fmt.Errorf("reading the API server's version %q: %w", gitVersion, err)
+	}
+	if v.LessThan(MinServerVersion) {
+		return fmt.Errorf("the API server is Kubernetes %s; queen-locks needs %s or later, where resourceVersions are comparable integers, and will not hand out tokens it cannot compare", gitVersion, MinServerVersion)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package permit
+
+import (
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The limits of the contract. Clients are written against them.
+const (
+	MaxNameBytes    = 256
+	MaxOwnerBytes   = 256
+	MaxTTLSeconds   = 31536000
+	MaxLimit        = 1024
+	MaxOperations   = 64
+	MaxSlotsPerCall = 4096
+)
+
+// ValidateName reports what is wrong with a lock name, or nil.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("must not be empty")
+	case len(name) > MaxNameBytes:
+		return fmt.Errorf("must be at most %d bytes, got %d", MaxNameBytes, len(name))
+	case !utf8.ValidString(name):
+		return fmt.Errorf("must be valid UTF-8")
+	}
+	for i, r := range name {
+		if r == '#' {
+			return fmt.Errorf("must not contain '#' (byte %d)", i)
+		}
+		if unicode.IsControl(r) {
+			return fmt.Errorf("must not contain a control character (U+%04X at byte %d)", r, i)
+		}
+	}
+	return nil
+}
+
+// ValidateOwner reports what is wrong with an owner, or nil.
+func ValidateOwner(owner string) error {
+	switch {
+	case owner == "":
+		return fmt.Errorf("must not be empty")
+	case len(owner) > MaxOwnerBytes:
+		return fmt.Errorf("must be at most %d bytes, got %d", MaxOwnerBytes, len(owner))
+	case !utf8.ValidString(owner):
+		return fmt.Errorf("must be valid UTF-8")
+	}
+	return nil
+}
+
+// ValidateTTL reports what is wrong with a lifetime in seconds, or nil.
+func ValidateTTL(ttlSeconds int64) error {
+	if ttlSeconds < 1 || ttlSeconds > MaxTTLSeconds {
+		return fmt.Errorf("must be a whole number from 1 to %d, got %d", MaxTTLSeconds, ttlSeconds)
+	}
+	return nil
+}
+
+// ValidateLimit reports what is wrong with a semaphore limit, or nil.
+func ValidateLimit(limit int64) error {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Errorf("must be from 1 to %d, got %d", MaxLimit, limit)
+	}
+	return nil
+}
+
+// ValidateSlot reports what is wrong with a slot of a semaphore of limit, or nil.
+func ValidateSlot(slot, limit int64) error {
+	if slot < 0 || slot >= limit {
+		return fmt.Errorf("must be from 0 to limit-1 (%d), got %d", limit-1, slot)
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package permit
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+)
+
+// Reasons a lock transition is refused, as the contract names them. An
+// admission denial carries one as its Status reason.
+const (
+	// ReasonHeld: somebody else holds the permit and it has not expired.
+	ReasonHeld = "held"
+	// ReasonLost: the permit is no longer the caller's (expired or replaced).
+	ReasonLost = "lost"
+)
+
+// Refusal is a write that is not a valid lock transition. Reason is ReasonHeld
+// or ReasonLost when the write lost a race for the permit, and empty when the
+// object itself is invalid; Errs names each field that is wrong.
+type Refusal struct {
+	Reason string
+	Errs   field.ErrorList
+}
+
+func (r *Refusal) Error() string {
+	msg := r.Errs.ToAggregate().Error()
+	if r.Reason != "" {
+		return r.Reason + ": " + msg
+	}
+	return msg
+}
+
+func invalid(errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return &Refusal{Errs: errs}
+}
+
+func refuse(reason string, path *field.Path, detail string) error {
+	return &Refusal{Reason: reason, Errs: field.ErrorList{field.Forbidden(path, detail)}}
+}
+
+var specPath = field.NewPath("spec")
+
+// Expired tells whether p's lifetime has ended at now. A permit without an
+// expireTime was never stamped and counts as expired.
+func Expired(p *locksv1alpha1.QueenLock, now time.Time) bool {
+	return p.Spec.ExpireTime == nil || !now.Before(p.Spec.ExpireTime.Time)
+}
+
+// ValidateSpec checks the fields of a permit and that its object name is
+// permitName(lock, slot).
+func ValidateSpec(p *locksv1alpha1.QueenLock) field.ErrorList {
+	var errs field.ErrorList
+	s := p.Spec
+	if err := ValidateName(s.Lock); err != nil {
+		errs = append(errs, field.Invalid(specPath.Child("lock"), s.Lock, err.Error()))
+	}
+	if err := ValidateOwner(s.Owner); err != nil {
+		errs = append(errs, field.Invalid(specPath.Child("owner"), s.Owner, err.Error()))
+	}
+	if err := ValidateTTL(s.TTLSeconds); err != nil {
+		errs = append(errs, field.Invalid(specPath.Child("ttlSeconds"), s.TTLSeconds, err.Error()))
+	}
+	limitErr := ValidateLimit(int64(s.Limit))
+	if limitErr != nil {
+		errs = append(errs, field.Invalid(specPath.Child("limit"), s.Limit, limitErr.Error()))
+	} else if err := ValidateSlot(int64(s.Slot), int64(s.Limit)); err != nil {
+		errs = append(errs, field.Invalid(specPath.Child("slot"), s.Slot, err.Error()))
+	}
+	if len(errs) == 0 {
+		if want := Name(s.Lock, int(s.Slot)); p.Name != want {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), p.Name,
+				fmt.Sprintf("must be %q, the permit name of lock %q slot %d", want, s.Lock, s.Slot)))
+		}
+	}
+	return errs
+}
+
+// Stamp decides whether writing obj over old (nil for a create) is a lock
+// transition at now, and if so stamps the server's times and the lock label
+// on obj. It is what the mutating webhook runs.
+//
+//   - create: acquire a free slot.
+//   - update that clears acquireTime: take over a permit that has expired.
+//   - update that keeps acquireTime: renew, by the same owner, before expiry.
+//
+// Anything else would change the token without being a transition, and is
+// refused.
+func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
+	if errs := ValidateSpec(obj); len(errs) > 0 {
+		return invalid(errs)
+	}
+	if obj.Labels == nil {
+		obj.Labels = map[string]string{}
+	}
+	obj.Labels[LockLabel] = LabelValue(obj.Spec.Lock)
+	if old == nil {
+		if errs := validateCreateMeta(obj); len(errs) > 0 {
+			return invalid(errs)
+		}
+		stamp(obj, now, true)
+		return nil
+	}
+	if err := validateUpdate(old, obj); err != nil {
+		return err
+	}
+	if obj.Spec.AcquireTime == nil {
+		if !Expired(old, now) {
+			return heldBy(old)
+		}
+		stamp(obj, now, true)
+		return nil
+	}
+	if !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime) {
+		return invalid(field.ErrorList{field.Invalid(specPath.Child("acquireTime"), obj.Spec.AcquireTime,
+			"must be left as it is to renew, or cleared to take over an expired permit")})
+	}
+	if err := checkRenew(old, obj, now); err != nil {
+		return err
+	}
+	stamp(obj, now, false)
+	return nil
+}
+
+// Check re-checks a stamped write, as the validating webhook does after every
+// mutating webhook has run: the fields, the stamped times and the transition.
+func Check(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
+	if errs := ValidateSpec(obj); len(errs) > 0 {
+		return invalid(errs)
+	}
+	if errs := validateStamped(obj); len(errs) > 0 {
+		return invalid(errs)
+	}
+	if old == nil {
+		errs := validateCreateMeta(obj)
+		if !obj.Spec.AcquireTime.Equal(obj.Spec.RenewTime) {
+			errs = append(errs, field.Invalid(specPath.Child("acquireTime"), obj.Spec.AcquireTime, "must equal renewTime on acquire"))
+		}
+		return invalid(errs)
+	}
+	if err := validateUpdate(old, obj); err != nil {
+		return err
+	}
+	if !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime) {
+		if !Expired(old, now) {
+			return heldBy(old)
+		}
+		if !obj.Spec.AcquireTime.Equal(obj.Spec.RenewTime) {
+			return invalid(field.ErrorList{field.Invalid(specPath.Child("acquireTime"), obj.Spec.AcquireTime, "must equal renewTime on takeover")})
+		}
+		return nil
+	}
+	if err := checkRenew(old, obj, now); err != nil {
+		return err
+	}
+	if old.Spec.RenewTime != nil && !old.Spec.RenewTime.Before(obj.Spec.RenewTime) {
+		return invalid(field.ErrorList{field.Invalid(specPath.Child("renewTime"), obj.Spec.RenewTime, "a renew must move renewTime forward")})
+	}
+	return nil
+}
+
+func checkRenew(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
+	if obj.Spec.Owner != old.Spec.Owner {
+		return heldBy(old)
+	}
+	if Expired(old, now) {
+		return refuse(ReasonLost, specPath.Child("expireTime"),
+			fmt.Sprintf("permit %s of lock %q expired at %s; acquire it again", old.Name, old.Spec.Lock, formatTime(old.Spec.ExpireTime)))
+	}
+	return nil
+}
+
+func heldBy(old *locksv1alpha1.QueenLock) error {
+	return refuse(ReasonHeld, specPath.Child("owner"),
+		fmt.Sprintf("permit %s of lock %q is held by %q until %s", old.Name, old.Spec.Lock, old.Spec.Owner, formatTime(old.Spec.ExpireTime)))
+}
+
+func stamp(obj *locksv1alpha1.QueenLock, now time.Time, acquire bool) {
+	t := metav1.NewMicroTime(now.UTC().Truncate(time.Microsecond))
+	exp := metav1.NewMicroTime(t.Add(time.Duration(obj.Spec.TTLSeconds) * time.Second))
+	if acquire {
+		a := t
+		obj.Spec.AcquireTime = &a
+	}
+	obj.Spec.RenewTime = &t
+	obj.Spec.ExpireTime = &exp
+}
+
+func validateStamped(obj *locksv1alpha1.QueenLock) field.ErrorList {
+	var errs field.ErrorList
+	s := obj.Spec
+	for name, t := range map[string]*metav1.MicroTime{"acquireTime": s.AcquireTime, "renewTime": s.RenewTime, "expireTime": s.ExpireTime} {
+		if t == nil {
+			errs = append(errs, field.Required(specPath.Child(name), "is stamped by the admission webhook; is it installed?"))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	if want := s.RenewTime.Add(time.Duration(s.TTLSeconds) * time.Second); !s.ExpireTime.Time.Equal(want) {
+		errs = append(errs, field.Invalid(specPath.Child("expireTime"), s.ExpireTime, "must be renewTime plus ttlSeconds"))
+	}
+	if got, want := obj.Labels[LockLabel], LabelValue(s.Lock); got != want {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "labels").Key(LockLabel), got, fmt.Sprintf("must be %q", want)))
+	}
+	return errs
+}
+
+// validateCreateMeta refuses finalizers: a permit that lingers after its
+// delete would keep its name taken, and so its lock, after a release.
+func validateCreateMeta(obj *locksv1alpha1.QueenLock) field.ErrorList {
+	if len(obj.Finalizers) > 0 {
+		return field.ErrorList{field.Forbidden(field.NewPath("metadata", "finalizers"), "a permit may not carry finalizers")}
+	}
+	return nil
+}
+
+// validateUpdate refuses every change that is not part of a transition:
+// every write changes the token, so labels, annotations, finalizers and owner
+// references stay as they were, and lock and slot never change.
+func validateUpdate(old, obj *locksv1alpha1.QueenLock) error {
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	if obj.Spec.Lock != old.Spec.Lock {
+		errs = append(errs, field.Invalid(specPath.Child("lock"), obj.Spec.Lock, "is immutable"))
+	}
+	if obj.Spec.Slot != old.Spec.Slot {
+		errs = append(errs, field.Invalid(specPath.Child("slot"), obj.Spec.Slot, "is immutable"))
+	}
+	if !maps.Equal(obj.Labels, old.Labels) {
+		errs = append(errs, field.Forbidden(meta.Child("labels"), "may not change: every write to a permit changes its token, so only lock transitions may write it"))
+	}
+	if !maps.Equal(obj.Annotations, old.Annotations) {
+		errs = append(errs, field.Forbidden(meta.Child("annotations"), "may not change: every write to a permit changes its token, so only lock transitions may write it"))
+	}
+	if !slices.Equal(obj.Finalizers, old.Finalizers) {
+		errs = append(errs, field.Forbidden(meta.Child("finalizers"), "may not change: a permit carries no finalizers"))
+	}
+	if !equality.Semantic.DeepEqual(obj.OwnerReferences, old.OwnerReferences) {
+		errs = append(errs, field.Forbidden(meta.Child("ownerReferences"), "may not change"))
+	}
+	return invalid(errs)
+}
+
+func formatTime(t *metav1.MicroTime) string {
+	if t == nil {
+		return "(never stamped)"
+	}
+	return FormatTime(t.Time)
+}
+
+// FormatTime writes a permit time as the contract does: RFC 3339 in UTC with
+// six fractional digits.
+func FormatTime(t time.Time) string {
+	return strings.Replace(t.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), "+00:00", "Z", 1)
+}

@@ -1,0 +1,155 @@
+package permit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// lockObj builds a permit of "daily-report" slot 0 for owner with ttl seconds.
+func lockObj(owner string, ttl int64) *locksv1alpha1.QueenLock {
+	return &locksv1alpha1.QueenLock{
+		ObjectMeta: metav1.ObjectMeta{Name: "daily-report.0", Namespace: "team-a"},
+		Spec:       locksv1alpha1.QueenLockSpec{Lock: "daily-report", Slot: 0, Limit: 1, Owner: owner, TTLSeconds: ttl},
+	}
+}
+
+// stamped is obj after an admitted create at t.
+func stamped(t *testing.T, obj *locksv1alpha1.QueenLock, at time.Time) *locksv1alpha1.QueenLock {
+	t.Helper()
+	if err := Stamp(nil, obj, at); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := Check(nil, obj, at); err != nil {
+		t.Fatalf("check create: %v", err)
+	}
+	return obj
+}
+
+func reasonOf(err error) string {
+	var r *Refusal
+	if errors.As(err, &r) {
+		return r.Reason
+	}
+	return "?"
+}
+
+func TestStampCreateReplacesClientTimes(t *testing.T) {
+	obj := lockObj("cron-7", 30)
+	forged := metav1.NewMicroTime(t0.Add(24 * time.Hour))
+	obj.Spec.AcquireTime, obj.Spec.RenewTime, obj.Spec.ExpireTime = &forged, &forged, &forged
+	stamped(t, obj, t0)
+	if !obj.Spec.AcquireTime.Time.Equal(t0) || !obj.Spec.RenewTime.Time.Equal(t0) || !obj.Spec.ExpireTime.Time.Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("times = %v %v %v, want the server's", obj.Spec.AcquireTime, obj.Spec.RenewTime, obj.Spec.ExpireTime)
+	}
+	if obj.Labels[LockLabel] != "daily-report" {
+		t.Fatalf("label = %q", obj.Labels[LockLabel])
+	}
+}
+
+func TestStampTransitions(t *testing.T) {
+	held := func() *locksv1alpha1.QueenLock { return stamped(t, lockObj("cron-7", 30), t0) }
+	cases := []struct {
+		name       string
+		at         time.Duration // after t0
+		edit       func(*locksv1alpha1.QueenLock)
+		wantReason string // "" admitted, "invalid" for a field error
+	}{
+		{"renew by owner", 10 * time.Second, func(p *locksv1alpha1.QueenLock) {}, ""},
+		{"renew with a new ttl", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.TTLSeconds = 60 }, ""},
+		{"renew after expiry", 30 * time.Second, func(p *locksv1alpha1.QueenLock) {}, ReasonLost},
+		{"renew by another owner", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.Owner = "thief" }, ReasonHeld},
+		{"takeover before expiry", 29 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.AcquireTime = nil; p.Spec.Owner = "b" }, ReasonHeld},
+		{"takeover at expiry", 30 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.AcquireTime = nil; p.Spec.Owner = "b" }, ""},
+		{"acquireTime moved", 10 * time.Second, func(p *locksv1alpha1.QueenLock) {
+			x := metav1.NewMicroTime(t0.Add(time.Second))
+			p.Spec.AcquireTime = &x
+		}, "invalid"},
+		{"label edit", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Labels["x"] = "y" }, "invalid"},
+		{"annotation edit", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Annotations = map[string]string{"x": "y"} }, "invalid"},
+		{"finalizer", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Finalizers = []string{"x/y"} }, "invalid"},
+		{"lock changed", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.Lock = "other" }, "invalid"},
+		{"slot changed", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.Slot = 1; p.Spec.Limit = 2 }, "invalid"},
+		{"ttl zero", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.TTLSeconds = 0 }, "invalid"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			old := held()
+			obj := old.DeepCopy()
+			c.edit(obj)
+			at := t0.Add(c.at)
+			err := Stamp(old, obj, at)
+			switch {
+			case c.wantReason == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.wantReason == "invalid" && reasonOf(err) != "":
+				t.Fatalf("err = %v, want a field error", err)
+			case c.wantReason != "" && c.wantReason != "invalid" && reasonOf(err) != c.wantReason:
+				t.Fatalf("err = %v, want reason %q", err, c.wantReason)
+			}
+			if err != nil {
+				return
+			}
+			if !obj.Spec.RenewTime.Time.Equal(at) || !obj.Spec.ExpireTime.Time.Equal(at.Add(time.Duration(obj.Spec.TTLSeconds)*time.Second)) {
+				t.Fatalf("not stamped: renew %v expire %v", obj.Spec.RenewTime, obj.Spec.ExpireTime)
+			}
+			if err := Check(old, obj, at); err != nil {
+				t.Fatalf("the validating check refused what the mutating one stamped: %v", err)
+			}
+		})
+	}
+}
+
+func TestCheckCatchesUnstampedOrTamperedWrites(t *testing.T) {
+	old := stamped(t, lockObj("cron-7", 30), t0)
+	// A renew whose times were not stamped again (no mutating webhook, or one
+	// that ran before ours changed them back).
+	obj := old.DeepCopy()
+	if err := Check(old, obj, t0.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "renewTime") {
+		t.Fatalf("Check admitted a renew that does not move renewTime: %v", err)
+	}
+	obj = old.DeepCopy()
+	late := metav1.NewMicroTime(t0.Add(time.Hour))
+	obj.Spec.ExpireTime = &late
+	if err := Check(old, obj, t0.Add(time.Second)); err == nil || !strings.Contains(err.Error(), "expireTime") {
+		t.Fatalf("Check admitted an expireTime that is not renewTime+ttl: %v", err)
+	}
+	obj = lockObj("x", 30)
+	if err := Check(nil, obj, t0); err == nil || !strings.Contains(err.Error(), "stamped") {
+		t.Fatalf("Check admitted an unstamped create: %v", err)
+	}
+}
+
+func TestValidateSpecNamesTheField(t *testing.T) {
+	obj := lockObj("cron-7", 30)
+	obj.Name = "wrong"
+	errs := ValidateSpec(obj)
+	if len(errs) != 1 || errs[0].Field != "metadata.name" || !strings.Contains(errs[0].Detail, `"daily-report.0"`) {
+		t.Fatalf("errs = %v", errs)
+	}
+	obj = lockObj("", 0)
+	obj.Spec.Lock = ""
+	obj.Spec.Limit = 0
+	got := map[string]bool{}
+	for _, e := range ValidateSpec(obj) {
+		got[e.Field] = true
+	}
+	for _, f := range []string{"spec.lock", "spec.owner", "spec.ttlSeconds", "spec.limit"} {
+		if !got[f] {
+			t.Errorf("no error for %s in %v", f, got)
+		}
+	}
+}
+
+func TestFormatTime(t *testing.T) {
+	if got := FormatTime(t0.Add(1500 * time.Microsecond)); got != "2026-12-02T10:00:00.001500Z" {
+		t.Fatalf("FormatTime = %q", got)
+	}
+}

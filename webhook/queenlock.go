@@ -1,0 +1,121 @@
+// Package webhook holds the admission webhooks that make every write to a
+// QueenLock a valid lock transition, whoever sends it: the route, a handle,
+// kubectl or a raw API call.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// Paths the webhooks are served on; config/webhook names the same.
+const (
+	MutatePath   = "/mutate-locks-queen-dev-v1alpha1-queenlock"
+	ValidatePath = "/validate-locks-queen-dev-v1alpha1-queenlock"
+)
+
+// +kubebuilder:webhook:path=/mutate-locks-queen-dev-v1alpha1-queenlock,mutating=true,failurePolicy=fail,sideEffects=None,groups=locks.queen.dev,resources=queenlocks,verbs=create;update,versions=v1alpha1,name=mqueenlock.locks.queen.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-locks-queen-dev-v1alpha1-queenlock,mutating=false,failurePolicy=fail,sideEffects=None,groups=locks.queen.dev,resources=queenlocks,verbs=create;update,versions=v1alpha1,name=vqueenlock.locks.queen.dev,admissionReviewVersions=v1,timeoutSeconds=10
+
+// QueenLock admits writes to permits. Clock is the server's clock: the times
+// it stamps are the only ones the lock trusts.
+type QueenLock struct {
+	Clock   clock.PassiveClock
+	decoder admission.Decoder
+}
+
+// SetupWithManager registers both webhooks on the manager's webhook server.
+func (h *QueenLock) SetupWithManager(mgr ctrl.Manager) {
+	if h.Clock == nil {
+		h.Clock = clock.RealClock{}
+	}
+	h.decoder = admission.NewDecoder(mgr.GetScheme())
+	srv := mgr.GetWebhookServer()
+	srv.Register(MutatePath, &admission.Webhook{Handler: admission.HandlerFunc(h.Mutate)})
+	srv.Register(ValidatePath, &admission.Webhook{Handler: admission.HandlerFunc(h.Validate)})
+}
+
+// Mutate decides the transition and stamps the server's times on it.
+func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission.Response {
+	old, obj, resp := h.decode(req)
+	if obj == nil {
+		return resp
+	}
+	if err := permit.Stamp(old, obj, h.Clock.Now()); err != nil {
+		return deny(err)
+	}
+	stamped, err := json.Marshal(obj)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, stamped)
+}
+
+// Validate re-checks the stamped write after every mutating webhook has run.
+func (h *QueenLock) Validate(ctx context.Context, req admission.Request) admission.Response {
+	old, obj, resp := h.decode(req)
+	if obj == nil {
+		return resp
+	}
+	if err := permit.Check(old, obj, h.Clock.Now()); err != nil {
+		return deny(err)
+	}
+	return admission.Allowed("")
+}
+
+func (h *QueenLock) decode(req admission.Request) (old, obj *locksv1alpha1.QueenLock, resp admission.Response) {
+	switch req.Operation {
+	case admissionv1.Create, admissionv1.Update:
+	default:
+		return nil, nil, admission.Allowed("")
+	}
+	obj = &locksv1alpha1.QueenLock{}
+	if err := h.decoder.DecodeRaw(req.Object, obj); err != nil {
+		return nil, nil, admission.Errored(http.StatusBadRequest, err)
+	}
+	if req.Operation == admissionv1.Update {
+		old = &locksv1alpha1.QueenLock{}
+		if err := h.decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return nil, nil, admission.Errored(http.StatusBadRequest, err)
+		}
+	}
+	return old, obj, resp
+}
+
+// deny turns a refusal into an admission denial. A lost race is a 409 whose
+// Status reason is the contract's reason (held or lost), so that callers can
+// tell it from an invalid object, which is a 422 naming each field.
+func deny(err error) admission.Response {
+	var r *permit.Refusal
+	if !errors.As(err, &r) {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	status := metav1.Status{
+		Status:  metav1.StatusFailure,
+		Message: r.Error(),
+		Code:    http.StatusUnprocessableEntity,
+		Reason:  metav1.StatusReasonInvalid,
+		Details: &metav1.StatusDetails{Group: locksv1alpha1.GroupVersion.Group, Kind: "QueenLock"},
+	}
+	if r.Reason != "" {
+		status.Code = http.StatusConflict
+		status.Reason = metav1.StatusReason(r.Reason)
+	}
+	for _, e := range r.Errs {
+		status.Details.Causes = append(status.Details.Causes, metav1.StatusCause{
+			Type: metav1.CauseType(e.Type), Message: e.ErrorBody(), Field: e.Field,
+		})
+	}
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}

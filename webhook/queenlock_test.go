@@ -1,0 +1,286 @@
+package webhook_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// namespace makes a fresh namespace for one test.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "wh-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func newPermit(ns, lock string, slot, limit int32, owner string, ttl int64) *locksv1alpha1.QueenLock {
+	return &locksv1alpha1.QueenLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name(lock, int(slot))},
+		Spec:       locksv1alpha1.QueenLockSpec{Lock: lock, Slot: slot, Limit: limit, Owner: owner, TTLSeconds: ttl},
+	}
+}
+
+func token(t *testing.T, p *locksv1alpha1.QueenLock) uint64 {
+	t.Helper()
+	tok, err := permit.Token(p.ResourceVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func reason(err error) string { return string(apierrors.ReasonForError(err)) }
+
+// waitExpired waits until the server's clock, which is this machine's, has
+// passed the permit's expireTime.
+func waitExpired(t *testing.T, p *locksv1alpha1.QueenLock) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return permit.Expired(p, time.Now()), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExactlyOneOfManyCreatesWins(t *testing.T) {
+	ns := namespace(t)
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = env.Client.Create(context.Background(), newPermit(ns, "daily-report", 0, 1, "owner-"+string(rune('a'+i)), 30))
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !apierrors.IsAlreadyExists(err):
+			t.Errorf("create %d: %v, want AlreadyExists", i, err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d creates won, want exactly 1", won)
+	}
+}
+
+func TestTokensIncreaseAcrossRenewsAndHolders(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	p := newPermit(ns, "tokens", 0, 1, "a", 1)
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	last := token(t, p)
+	for range 5 {
+		if err := env.Client.Update(ctx, p); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+		if tok := token(t, p); tok <= last {
+			t.Fatalf("renew answered token %d after %d", tok, last)
+		} else {
+			last = tok
+		}
+	}
+	// The next holder, after a takeover, holds a higher token still.
+	waitExpired(t, p)
+	p.Spec.AcquireTime, p.Spec.Owner = nil, "b"
+	if err := env.Client.Update(ctx, p); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	if tok := token(t, p); tok <= last {
+		t.Fatalf("takeover answered token %d after %d", tok, last)
+	} else {
+		last = tok
+	}
+	// And after a release and a fresh acquire.
+	if err := env.Client.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	q := newPermit(ns, "tokens", 0, 1, "c", 30)
+	if err := env.Client.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if tok := token(t, q); tok <= last {
+		t.Fatalf("a new acquire answered token %d after %d", tok, last)
+	}
+}
+
+func TestTakeover(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	held := newPermit(ns, "takeover", 0, 1, "a", 30)
+	if err := env.Client.Create(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	steal := held.DeepCopy()
+	steal.Spec.AcquireTime, steal.Spec.Owner = nil, "b"
+	if err := env.Client.Update(ctx, steal); reason(err) != permit.ReasonHeld {
+		t.Fatalf("takeover of a held permit: %v, want reason held", err)
+	}
+	short := newPermit(ns, "takeover-expired", 0, 1, "a", 1)
+	if err := env.Client.Create(ctx, short); err != nil {
+		t.Fatal(err)
+	}
+	before := short.Spec.AcquireTime.Time
+	waitExpired(t, short)
+	short.Spec.AcquireTime, short.Spec.Owner = nil, "b"
+	if err := env.Client.Update(ctx, short); err != nil {
+		t.Fatalf("takeover of an expired permit: %v", err)
+	}
+	if short.Spec.Owner != "b" || !short.Spec.AcquireTime.After(before) || !short.Spec.AcquireTime.Equal(short.Spec.RenewTime) {
+		t.Fatalf("takeover stamped %+v", short.Spec)
+	}
+	// The old holder's renew after the takeover is refused.
+	stale := short.DeepCopy()
+	stale.Spec.Owner = "a"
+	if err := env.Client.Update(ctx, stale); reason(err) != permit.ReasonHeld {
+		t.Fatalf("renew by the replaced holder: %v, want reason held", err)
+	}
+}
+
+func TestRenewAfterExpiryIsLost(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	p := newPermit(ns, "late", 0, 1, "a", 1)
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitExpired(t, p)
+	if err := env.Client.Update(ctx, p); reason(err) != permit.ReasonLost {
+		t.Fatalf("late renew: %v, want reason lost", err)
+	}
+}
+
+func TestServerStampsTimes(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	p := newPermit(ns, "stamps", 0, 1, "a", 30)
+	forged := metav1.NewMicroTime(time.Now().Add(365 * 24 * time.Hour))
+	p.Spec.AcquireTime, p.Spec.RenewTime, p.Spec.ExpireTime = &forged, &forged, &forged
+	sent := time.Now()
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	got := &locksv1alpha1.QueenLock{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.ExpireTime.Equal(&forged) || got.Spec.ExpireTime.Before(&metav1.MicroTime{Time: sent.Add(29 * time.Second)}) ||
+		got.Spec.ExpireTime.After(time.Now().Add(31*time.Second)) {
+		t.Fatalf("expireTime %v: the client's time was kept or the server's is wrong", got.Spec.ExpireTime)
+	}
+	if got.Labels[permit.LockLabel] != "stamps" {
+		t.Fatalf("label = %v", got.Labels)
+	}
+	// A renew that sends a forged expireTime is stamped again too.
+	got.Spec.ExpireTime = &forged
+	if err := env.Client.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.ExpireTime.Equal(&forged) || got.Spec.ExpireTime.Sub(got.Spec.RenewTime.Time) != 30*time.Second {
+		t.Fatalf("renew kept a forged expireTime: %+v", got.Spec)
+	}
+}
+
+func TestNonTransitionWritesAreRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	p := newPermit(ns, "meta", 0, 1, "a", 30)
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	edit := p.DeepCopy()
+	edit.Labels["team"] = "x"
+	if err := env.Client.Update(ctx, edit); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.labels") {
+		t.Fatalf("label edit: %v, want invalid naming metadata.labels", err)
+	}
+	edit = p.DeepCopy()
+	edit.Annotations = map[string]string{"note": "x"}
+	if err := env.Client.Update(ctx, edit); !apierrors.IsInvalid(err) {
+		t.Fatalf("annotation edit: %v, want invalid", err)
+	}
+	wrong := newPermit(ns, "meta", 0, 1, "a", 30)
+	wrong.Name = "not-the-permit-name"
+	if err := env.Client.Create(ctx, wrong); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), `"meta.0"`) {
+		t.Fatalf("wrong object name: %v, want invalid naming meta.0", err)
+	}
+	fin := newPermit(ns, "fin", 0, 1, "a", 30)
+	fin.Finalizers = []string{"example.com/keep"}
+	if err := env.Client.Create(ctx, fin); !apierrors.IsInvalid(err) {
+		t.Fatalf("finalizer on create: %v, want invalid", err)
+	}
+	for _, bad := range []*locksv1alpha1.QueenLock{
+		newPermit(ns, "a#b", 0, 1, "a", 30),
+		newPermit(ns, "ok", 0, 1, "a", 0),
+		newPermit(ns, "ok", 2, 2, "a", 30),
+		newPermit(ns, "ok", 0, 1, "", 30),
+	} {
+		bad.Name = "whatever"
+		if err := env.Client.Create(ctx, bad); err == nil || !apierrors.IsInvalid(err) {
+			t.Errorf("create of %+v: %v, want invalid", bad.Spec, err)
+		}
+	}
+	// Nothing of the refused writes is stored.
+	got := &locksv1alpha1.QueenLock{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil || got.ResourceVersion != p.ResourceVersion {
+		t.Fatalf("refused writes changed the permit: %v, rv %s -> %s", err, p.ResourceVersion, got.ResourceVersion)
+	}
+}
+
+func TestPatchCannotStealAHeldPermit(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	p := newPermit(ns, "patched", 0, 1, "a", 30)
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for name, patch := range map[string]string{
+		"change owner":       `{"spec":{"owner":"thief"}}`,
+		"clear acquireTime":  `{"spec":{"owner":"thief","acquireTime":null}}`,
+		"push out expiry":    `{"spec":{"owner":"thief","expireTime":"2099-01-01T00:00:00.000000Z"}}`,
+		"move to other slot": `{"spec":{"slot":1,"limit":2}}`,
+	} {
+		err := env.Client.Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)))
+		if err == nil {
+			t.Errorf("%s: patch admitted", name)
+		}
+	}
+	// The same through kubectl itself.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.Env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(controlplane.Root(), "bin", "kubectl"), "--kubeconfig", kubeconfig, "-n", ns,
+		"patch", "queenlock", p.Name, "--type=merge", "-p", `{"spec":{"owner":"thief"}}`).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "held") {
+		t.Errorf("kubectl patch: err %v, output %s; want a refusal saying held", err, out)
+	}
+	got := &locksv1alpha1.QueenLock{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil || got.Spec.Owner != "a" || got.ResourceVersion != p.ResourceVersion {
+		t.Fatalf("patches changed the permit: owner %q rv %s -> %s (%v)", got.Spec.Owner, p.ResourceVersion, got.ResourceVersion, err)
+	}
+}

@@ -59,9 +59,17 @@ lint: ## go vet and a gofmt check.
 
 ##@ Test
 
-.PHONY: test unit
-test: tools verify-gen lint ## Everything CI checks: generated files, vet, gofmt, unit and envtest suites.
+FUZZTIME ?= 10s
+
+.PHONY: test unit fuzz
+test: tools verify-gen lint ## Everything CI checks: generated files, vet, gofmt, unit and envtest suites, a short fuzz.
 	go test -count=1 -timeout 20m $(GO_PACKAGES)
+	$(MAKE) --no-print-directory fuzz
+
+fuzz: ## Run each fuzz target for FUZZTIME (10s).
+	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./route
+	go test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./route
+	go test -run '^$$' -fuzz '^FuzzName$$' -fuzztime $(FUZZTIME) ./permit
 
 unit: ## Unit tests alone, no control plane.
 	go test -count=1 -short $(GO_PACKAGES)

@@ -103,7 +103,7 @@ func TestRenew(t *testing.T) {
 	// Someone else's renew, even with the current token, is lost.
 	for _, op := range []string{
 		fmt.Sprintf(`{"op":"renew","name":"job","token":%d,"owner":"b"}`, cur),
-		fmt.Sprintf(`{"op":"renew","name":"job","token":%d}`, tok),        // no owner: needs the exact token
+		fmt.Sprintf(`{"op":"renew","name":"job","token":%d}`, tok),                  // no owner: needs the exact token
 		fmt.Sprintf(`{"op":"renew","name":"job","token":%d,"owner":"a"}`, cur+1000), // a token from the future
 		fmt.Sprintf(`{"op":"renew","name":"job","slot":1,"token":%d,"owner":"a"}`, cur),
 		fmt.Sprintf(`{"op":"renew","name":"other","token":%d,"owner":"a"}`, cur),

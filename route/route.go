@@ -80,6 +80,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = ":6632"
 	}
+	// No client-side rate limit: every call is a caller's own request, and
+	// the API server's priority and fairness already shares it out. A shared
+	// token bucket here would make one busy caller slow down everyone.
+	cfg.REST = rest.CopyConfig(cfg.REST)
+	cfg.REST.QPS, cfg.REST.Burst, cfg.REST.RateLimiter = -1, 0, nil
 	s := &Server{cfg: cfg}
 	switch cfg.Auth {
 	case AuthNone:

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -36,10 +37,13 @@ func TestMain(m *testing.M) {
 	}))
 }
 
+// serveWith starts a --auth=none route over cfg.
+func serveWith(cfg *rest.Config) (string, error) { return serve(route.AuthNone, cfg) }
+
 // serve starts a route on a free loopback port until the process ends.
 func serve(auth string, cfg *rest.Config) (string, error) {
 	srv, err := route.New(route.Config{
-		Auth: auth, DefaultNamespace: "default", REST: cfg,
+		Auth: auth, DefaultNamespace: "default", REST: cfg, OpTimeout: 5 * time.Second,
 		Scheme: manager.Scheme, Mapper: env.Manager.GetRESTMapper(), Log: logr.Discard(),
 	})
 	if err != nil {

@@ -165,6 +165,11 @@ func TestMain(m *testing.M, o Options, set func(*Env)) int {
 		fmt.Println("skipping the control-plane suite in -short mode")
 		return 0
 	}
+	if fuzzing() {
+		// Fuzzing runs one fuzz target, in many worker processes: none of
+		// them needs a control plane of its own.
+		return m.Run()
+	}
 	e, err := Start(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -176,4 +181,14 @@ func TestMain(m *testing.M, o Options, set func(*Env)) int {
 		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 	}
 	return code
+}
+
+// fuzzing tells whether this test binary runs as a fuzzer or one of its workers.
+func fuzzing() bool {
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/wire"
 )
 
 // Auth modes.
@@ -148,12 +149,7 @@ func (s *Server) Handler() http.Handler {
 }
 
 // callError is an answer other than 200 to a whole call.
-type callError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-	Index   *int   `json:"index,omitempty"`
-	Field   string `json:"field,omitempty"`
-}
+type callError = wire.Error
 
 func (s *Server) serveLocks(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Clock.Now()
@@ -192,9 +188,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) int {
 		return writeError(w, *cerr)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(struct {
-		Results []result `json:"results"`
-	}{results})
+	_ = json.NewEncoder(w).Encode(wire.Response{Results: results})
 	return http.StatusOK
 }
 
@@ -234,8 +228,8 @@ func (s *Server) authorize(r *http.Request, ns string) (*locks.Client, string, *
 // run carries out the operations concurrently and answers them in order. An
 // operation that the API server could not carry out fails the whole call:
 // 401 or 403 as the API server said, else 503.
-func (s *Server) run(ctx context.Context, lc *locks.Client, ns string, ops []Operation) ([]result, *callError) {
-	results := make([]result, len(ops))
+func (s *Server) run(ctx context.Context, lc *locks.Client, ns string, ops []Operation) ([]wire.Result, *callError) {
+	results := make([]wire.Result, len(ops))
 	errs := make([]error, len(ops))
 	var wg sync.WaitGroup
 	for i, op := range ops {
@@ -244,7 +238,7 @@ func (s *Server) run(ctx context.Context, lc *locks.Client, ns string, ops []Ope
 			defer cancel()
 			start := s.cfg.Clock.Now()
 			results[i], errs[i] = s.do(octx, lc, ns, i, op)
-			outcome := results[i].outcome()
+			outcome := results[i].Outcome()
 			if errs[i] != nil {
 				outcome = "error"
 			}
@@ -266,8 +260,8 @@ func (s *Server) run(ctx context.Context, lc *locks.Client, ns string, ops []Ope
 	return results, worst
 }
 
-func (s *Server) do(ctx context.Context, lc *locks.Client, ns string, i int, op Operation) (result, error) {
-	res := result{Index: i, Op: op.Op, Name: op.Name}
+func (s *Server) do(ctx context.Context, lc *locks.Client, ns string, i int, op Operation) (wire.Result, error) {
+	res := wire.Result{Index: i, Op: op.Op, Name: op.Name}
 	switch op.Op {
 	case OpAcquire:
 		owner := op.Owner
@@ -281,11 +275,11 @@ func (s *Server) do(ctx context.Context, lc *locks.Client, ns string, i int, op 
 		res.Acquired = &a.Acquired
 		if a.Acquired {
 			res.Already = a.Already
-			res.held(a.Permit, ns, op.Name, true)
+			res.Held(a.Permit, ns, op.Name, true)
 		} else {
 			res.Reason = a.Reason
 			if a.Reason == locks.ReasonHeld {
-				res.Holders = holders(a.Holders)
+				res.Holders = wire.Holders(a.Holders)
 			}
 		}
 	case OpRenew:
@@ -295,7 +289,7 @@ func (s *Server) do(ctx context.Context, lc *locks.Client, ns string, i int, op 
 		}
 		res.Renewed = &rn.Renewed
 		if rn.Renewed {
-			res.held(rn.Permit, ns, op.Name, false)
+			res.Held(rn.Permit, ns, op.Name, false)
 		} else {
 			res.Reason = rn.Reason
 		}
@@ -313,7 +307,7 @@ func (s *Server) do(ctx context.Context, lc *locks.Client, ns string, i int, op 
 		if err != nil {
 			return res, err
 		}
-		res.Holders = holders(hs)
+		res.Holders = wire.Holders(hs)
 	case OpCheck:
 		ok, err := lc.Check(ctx, ns, op.Name, op.Slot, op.Expect)
 		if err != nil {
@@ -366,9 +360,7 @@ func rank(code int) int {
 func writeError(w http.ResponseWriter, e callError) int {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Code)
-	_ = json.NewEncoder(w).Encode(struct {
-		Error callError `json:"error"`
-	}{e})
+	_ = json.NewEncoder(w).Encode(wire.ErrorResponse{Error: e})
 	return e.Code
 }
 

@@ -1,4 +1,7 @@
-package route
+// Package wire holds the JSON shapes of the lock route, as the contract
+// writes them: the route answers with them, and the handles and the CLI
+// read and print them, so every client sees the same fields.
+package wire
 
 import (
 	"fmt"
@@ -11,9 +14,9 @@ import (
 // contract's key space, the same for every lock.
 const GuardNamespace = "queen-locks"
 
-// result is the answer to one operation. Fields appear in the contract's
+// Result is the answer to one operation. Fields appear in the contract's
 // order; the ones an operation does not answer are left out.
-type result struct {
+type Result struct {
 	Index     int       `json:"index"`
 	Op        string    `json:"op"`
 	Name      string    `json:"name"`
@@ -27,11 +30,12 @@ type result struct {
 	Owner     string    `json:"owner,omitempty"`
 	ExpiresAt string    `json:"expiresAt,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
-	Holders   *[]holder `json:"holders,omitempty"`
+	Holders   *[]Holder `json:"holders,omitempty"`
 	Guard     *Guard    `json:"guard,omitempty"`
 }
 
-type holder struct {
+// Holder is one held permit, as get and a held acquire list it.
+type Holder struct {
 	Slot      int    `json:"slot"`
 	Owner     string `json:"owner"`
 	Token     uint64 `json:"token"`
@@ -54,9 +58,9 @@ type Guard struct {
 // GuardKey is the key of slot of lock in a guard: "<lock>#<slot>".
 func GuardKey(lock string, slot int) string { return fmt.Sprintf("%s#%d", lock, slot) }
 
-// held fills in a permit the caller holds. An acquire answers the slot and
+// Held fills in a permit the caller holds. An acquire answers the slot and
 // owner; a renew answers only the new token, its expiry and guard.
-func (r *result) held(p locks.Permit, ns, lock string, acquire bool) {
+func (r *Result) Held(p locks.Permit, ns, lock string, acquire bool) {
 	tok := p.Token
 	r.Token = &tok
 	r.ExpiresAt = permit.FormatTime(p.ExpiresAt)
@@ -67,10 +71,12 @@ func (r *result) held(p locks.Permit, ns, lock string, acquire bool) {
 	r.Guard = &Guard{Op: "check", NS: GuardNamespace, Namespace: ns, Key: GuardKey(lock, p.Slot), Expect: tok, Required: true}
 }
 
-func holders(hs []locks.Holder) *[]holder {
-	out := make([]holder, 0, len(hs))
+// Holders lists holders in the contract's shape; never nil, so an empty list
+// is written as [].
+func Holders(hs []locks.Holder) *[]Holder {
+	out := make([]Holder, 0, len(hs))
 	for _, h := range hs {
-		out = append(out, holder{
+		out = append(out, Holder{
 			Slot: h.Slot, Owner: h.Owner, Token: h.Token,
 			Since: permit.FormatTime(h.Since), RenewedAt: permit.FormatTime(h.RenewedAt), ExpiresAt: permit.FormatTime(h.ExpiresAt),
 		})
@@ -78,8 +84,8 @@ func holders(hs []locks.Holder) *[]holder {
 	return &out
 }
 
-// outcome names the result for metrics.
-func (r result) outcome() string {
+// Outcome names the result in a word, for metrics and logs.
+func (r Result) Outcome() string {
 	switch {
 	case r.Reason != "":
 		return r.Reason
@@ -95,4 +101,22 @@ func (r result) outcome() string {
 		return "ok"
 	}
 	return "answered"
+}
+
+// Error is the body of an answer other than 200.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Index   *int   `json:"index,omitempty"`
+	Field   string `json:"field,omitempty"`
+}
+
+// Response is the body of a 200 answer.
+type Response struct {
+	Results []Result `json:"results"`
+}
+
+// ErrorResponse is the body of any other answer.
+type ErrorResponse struct {
+	Error Error `json:"error"`
 }

@@ -94,6 +94,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the expiry controller: %w", err)
 	}
 	(&webhook.QueenLock{Clock: o.Clock}).SetupWithManager(mgr)
+	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
 	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}

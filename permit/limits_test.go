@@ -78,3 +78,18 @@ func TestToken(t *testing.T) {
 		}
 	}
 }
+
+func TestParseGuard(t *testing.T) {
+	g, err := ParseGuard("daily-report#0=90101")
+	if err != nil || g != (Guard{Lock: "daily-report", Slot: 0, Token: 90101}) || g.String() != "daily-report#0=90101" {
+		t.Fatalf("ParseGuard = %+v, %v", g, err)
+	}
+	if g, err := ParseGuard("a/b c#1023=7"); err != nil || g.Lock != "a/b c" || g.Slot != 1023 {
+		t.Fatalf("ParseGuard = %+v, %v", g, err)
+	}
+	for _, bad := range []string{"", "x", "x#", "x#0", "x#0=", "x#0=0", "x#-1=5", "x#1024=5", "#0=5", "x#0=5=6", "x#0=1.5"} {
+		if _, err := ParseGuard(bad); err == nil {
+			t.Errorf("ParseGuard(%q) accepted", bad)
+		}
+	}
+}

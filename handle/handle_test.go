@@ -248,3 +248,29 @@ func TestSemaphoreHandlesTakeDistinctSlots(t *testing.T) {
 		}
 	})
 }
+
+func TestAFailedGuardLosesTheLockWithReasonGuard(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	h := handle.New(handle.Kube(env.Client, ns)).Lock("guarded", 30*time.Second)
+	reasons := make(chan string, 1)
+	h.OnLost(func(r string) { reasons <- r })
+	if ok, err := h.Acquire(ctx); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := h.Check(ctx); !ok || err != nil {
+		t.Fatalf("check with the current token: %v %v", ok, err)
+	}
+	// The permit moves on without this handle knowing (here: an operator's
+	// write as the same owner), so the handle's token is no longer current.
+	p := stored(t, ns, "guarded", 0)
+	if err := env.Client.Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := h.Check(ctx); ok || err != nil {
+		t.Fatalf("check with a stale token: %v %v", ok, err)
+	}
+	if r := <-reasons; r != handle.LostGuard || h.Held() {
+		t.Fatalf("reason %q held %v", r, h.Held())
+	}
+}

@@ -1,18 +1,14 @@
 package cli_test
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
-
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/manager"
 	"github.com/queen-locks/queen-locks/route"
 )
 
@@ -44,21 +40,9 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// startRoute serves an --auth=none route for ns until the test ends.
+// startRoute serves an --auth=none route for ns until the test ends and
+// answers its base URL, as queenlock --server takes it.
 func startRoute(t *testing.T, ns string) string {
-	t.Helper()
-	srv, err := route.New(route.Config{Auth: route.AuthNone, DefaultNamespace: ns, REST: env.Config,
-		Scheme: manager.Scheme, Mapper: env.Manager.GetRESTMapper(), Log: logr.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String()
+	url, _ := env.ServeRoute(t, route.AuthNone, ns)
+	return strings.TrimSuffix(url, route.Path)
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,14 +16,7 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "handle-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func namespace(t *testing.T) string { return env.Namespace(t, "handle") }
 
 // transports runs f once over the route and once straight over the API.
 func transports(t *testing.T, f func(t *testing.T, ns string, tr handle.Transport)) {

@@ -90,14 +90,7 @@ func keys(m J) string {
 	return strings.Join(ks, ",")
 }
 
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "route-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func namespace(t *testing.T) string { return env.Namespace(t, "route") }
 
 func permits(t *testing.T, ns string) []locksv1alpha1.QueenLock {
 	t.Helper()

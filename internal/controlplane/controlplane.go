@@ -8,13 +8,18 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -26,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/queen-locks/queen-locks/manager"
+	"github.com/queen-locks/queen-locks/route"
 )
 
 // Options choose what the manager runs.
@@ -191,4 +197,37 @@ func fuzzing() bool {
 		}
 	}
 	return false
+}
+
+// Namespace makes a fresh namespace, named from prefix, for one test.
+func (e *Env) Namespace(t testing.TB, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// ServeRoute serves the lock route with auth (and ns as the default
+// namespace) on a free loopback port until the test ends or stop is called.
+// It answers the route's full URL.
+func (e *Env) ServeRoute(t testing.TB, auth, ns string) (url string, stop func()) {
+	t.Helper()
+	srv, err := route.New(route.Config{Auth: auth, DefaultNamespace: ns, REST: e.Config,
+		Scheme: manager.Scheme, Mapper: e.Manager.GetRESTMapper(), Log: logr.Discard(), OpTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ctx, ln); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return "http://" + ln.Addr().String() + route.Path, stop
 }

@@ -78,7 +78,8 @@ unit: ## Unit tests alone, no control plane.
 
 .PHONY: dev
 dev: tools ## A local control plane with the CRD, webhooks and manager; the route on localhost:6632.
-	go run ./cmd/dev
+	go build -o $(BIN)/queen-locks-dev ./cmd/dev
+	exec $(BIN)/queen-locks-dev
 
 .PHONY: help
 help: ## Show this help.

@@ -22,6 +22,7 @@ func main() {
 	dir := flag.String("dir", ".dev", "Directory for the kubeconfig.")
 	flag.Parse()
 	ctx := ctrl.SetupSignalHandler()
+	stopWithParent()
 	if err := run(ctx.Done(), *addr, *ns, *dir); err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(1)

@@ -24,6 +24,7 @@ control-plane: ## Build etcd, kube-apiserver and kubectl into bin/.
 
 tools: control-plane ## Build every tool the project uses.
 	hack/build-tools.sh controller-gen hack/tools sigs.k8s.io/controller-tools/cmd/controller-gen
+	hack/build-tools.sh helm hack/tools helm.sh/helm/v4/cmd/helm
 
 ##@ Generated code
 
@@ -36,12 +37,13 @@ manifests: tools ## Regenerate the CRD, RBAC and webhook manifests under config/
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	hack/gen-chart-crd.sh
 
 verify-gen: generate manifests ## Fail when generated files are not what the sources say.
-	@untracked=$$(git ls-files --others --exclude-standard -- api config); \
-	if ! git diff --quiet -- api config || [ -n "$$untracked" ]; then \
+	@untracked=$$(git ls-files --others --exclude-standard -- api config charts); \
+	if ! git diff --quiet -- api config charts || [ -n "$$untracked" ]; then \
 		echo "generated files are stale; run 'make generate manifests' and commit:"; \
-		git diff --stat -- api config; echo "$$untracked"; exit 1; fi
+		git diff --stat -- api config charts; echo "$$untracked"; exit 1; fi
 
 ##@ Build and check
 

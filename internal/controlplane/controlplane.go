@@ -46,6 +46,15 @@ type Options struct {
 	// Verbose logs at info level; otherwise only errors are logged, so a
 	// passing test suite prints little.
 	Verbose bool
+	// Bare starts etcd and kube-apiserver alone: no CRD, no webhook
+	// configuration, no manager. For installing the chart itself.
+	Bare bool
+	// ManagerConfig, when set, gives the manager's client configuration from
+	// the admin's, after the CRD and webhooks are in: for running the
+	// manager under a restricted identity.
+	ManagerConfig func(e *Env) (*rest.Config, error)
+	// LeaderElectionNamespace turns leader election on, with its Lease there.
+	LeaderElectionNamespace string
 	// RouteAddr, Auth and DefaultNamespace run the HTTP route in the manager.
 	RouteAddr        string
 	Auth             string
@@ -81,12 +90,13 @@ func Start(o Options) (*Env, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		os.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
 	}
-	te := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
+	te := &envtest.Environment{}
+	if !o.Bare {
+		te.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
+		te.ErrorIfCRDPathMissing = true
+		te.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			Paths: []string{filepath.Join(root, "config", "webhook")},
-		},
+		}
 	}
 	cfg, err := te.Start()
 	if err != nil {
@@ -103,11 +113,22 @@ func Start(o Options) (*Env, error) {
 	if e.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fail(err)
 	}
+	if o.Bare {
+		e.stop, e.done = func() {}, make(chan struct{})
+		close(e.done)
+		return e, nil
+	}
 	if o.ExpiryGrace == 0 {
 		o.ExpiryGrace = 200 * time.Millisecond
 	}
+	mcfg := cfg
+	if o.ManagerConfig != nil {
+		if mcfg, err = o.ManagerConfig(e); err != nil {
+			return fail(err)
+		}
+	}
 	wo := te.WebhookInstallOptions
-	mgr, err := manager.New(cfg, manager.Options{
+	mgr, err := manager.New(mcfg, manager.Options{
 		MetricsAddr: "0",
 		ProbeAddr:   "0",
 		WebhookHost: wo.LocalServingHost,
@@ -115,6 +136,9 @@ func Start(o Options) (*Env, error) {
 		CertDir:     wo.LocalServingCertDir,
 		ExpiryGrace: o.ExpiryGrace,
 		Clock:       o.Clock,
+
+		LeaderElect:             o.LeaderElectionNamespace != "",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
 
 		RouteAddr:        o.RouteAddr,
 		Auth:             o.Auth,

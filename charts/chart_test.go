@@ -1,0 +1,285 @@
+package charts
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/pem"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/queen-locks/queen-locks/internal/controlplane"
+)
+
+var (
+	root  = controlplane.Root()
+	helm  = filepath.Join(root, "bin", "helm")
+	chart = filepath.Join(root, "charts", "queen-locks")
+)
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// objects splits a YAML stream into objects, by kind/name.
+func objects(t *testing.T, stream string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	out := map[string]*unstructured.Unstructured{}
+	for _, doc := range strings.Split(stream, "\n---") {
+		js, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("rendered YAML does not parse: %v\n%s", err, doc)
+		}
+		if string(js) == "null" || string(js) == "{}" {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(js); err != nil {
+			t.Fatalf("rendered object does not decode: %v\n%s", err, doc)
+		}
+		out[u.GetKind()+"/"+u.GetName()] = u
+	}
+	return out
+}
+
+func render(t *testing.T, sets ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", "queen-locks", chart, "--namespace", "queen-locks"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return objects(t, run(t, helm, args...))
+}
+
+func get(t *testing.T, objs map[string]*unstructured.Unstructured, key string) *unstructured.Unstructured {
+	t.Helper()
+	o, ok := objs[key]
+	if !ok {
+		var keys []string
+		for k := range objs {
+			keys = append(keys, k)
+		}
+		t.Fatalf("%s not rendered; have %v", key, keys)
+	}
+	return o
+}
+
+func field(t *testing.T, o *unstructured.Unstructured, path ...string) any {
+	t.Helper()
+	v, ok, err := unstructured.NestedFieldNoCopy(o.Object, path...)
+	if err != nil || !ok {
+		t.Fatalf("%s/%s has no %s", o.GetKind(), o.GetName(), strings.Join(path, "."))
+	}
+	return v
+}
+
+func TestLint(t *testing.T) {
+	for _, sets := range [][]string{nil, {"webhook.certificate.source=certManager,serviceMonitor.enabled=true,crds.install=false,networkPolicy.enabled=true"}} {
+		args := []string{"lint", chart, "--strict"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		run(t, helm, args...)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	objs := render(t)
+	dep := get(t, objs, "Deployment/queen-locks")
+	if r := field(t, dep, "spec", "replicas"); r != int64(2) {
+		t.Errorf("replicas %v, want 2", r)
+	}
+	c := field(t, dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	args := strings.Join(toStrings(c["args"]), " ")
+	for _, want := range []string{"--auth=token", "--leader-elect=true", "--route-address=:6632", "--expiry-grace=1s"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	sc := c["securityContext"].(map[string]any)
+	if sc["readOnlyRootFilesystem"] != true || sc["runAsNonRoot"] != true || sc["allowPrivilegeEscalation"] != false ||
+		cmp.Diff([]any{"ALL"}, sc["capabilities"].(map[string]any)["drop"]) != "" {
+		t.Errorf("container securityContext %v is not restricted", sc)
+	}
+	if c["livenessProbe"] == nil || c["readinessProbe"] == nil || c["resources"] == nil {
+		t.Errorf("probes or resources missing: %v", c)
+	}
+	if field(t, dep, "spec", "template", "spec", "affinity", "podAntiAffinity") == nil {
+		t.Error("no anti-affinity")
+	}
+	get(t, objs, "PodDisruptionBudget/queen-locks")
+	ports := map[string]int64{}
+	for _, p := range field(t, get(t, objs, "Service/queen-locks"), "spec", "ports").([]any) {
+		pm := p.(map[string]any)
+		ports[pm["name"].(string)] = pm["port"].(int64)
+	}
+	if cmp.Diff(map[string]int64{"route": 6632, "webhook": 443, "metrics": 8080}, ports) != "" {
+		t.Errorf("service ports %v", ports)
+	}
+	// The CRD is installed and kept on uninstall.
+	crd := get(t, objs, "CustomResourceDefinition/queenlocks.locks.queen.dev")
+	if crd.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("CRD annotations %v: not kept on uninstall", crd.GetAnnotations())
+	}
+	// Aggregated roles for workloads.
+	if l := get(t, objs, "ClusterRole/queen-locks-holder").GetLabels(); l["rbac.authorization.k8s.io/aggregate-to-edit"] != "true" {
+		t.Errorf("holder labels %v", l)
+	}
+	if l := get(t, objs, "ClusterRole/queen-locks-viewer").GetLabels(); l["rbac.authorization.k8s.io/aggregate-to-view"] != "true" {
+		t.Errorf("viewer labels %v", l)
+	}
+	// Webhooks fail closed; the certificate the chart made signs for the
+	// Service and its CA is the webhooks' caBundle.
+	secret := get(t, objs, "Secret/queen-locks-webhook-cert")
+	ca := field(t, secret, "data", "ca.crt").(string)
+	leaf, _ := base64.StdEncoding.DecodeString(field(t, secret, "data", "tls.crt").(string))
+	if b, _ := pem.Decode(leaf); b == nil || !strings.Contains(string(leaf), "CERTIFICATE") {
+		t.Error("tls.crt is not a PEM certificate")
+	}
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		whs := field(t, get(t, objs, kind+"/queen-locks"), "webhooks").([]any)
+		if len(whs) != 2 {
+			t.Errorf("%s has %d webhooks, want 2", kind, len(whs))
+		}
+		for _, w := range whs {
+			wm := w.(map[string]any)
+			cc := wm["clientConfig"].(map[string]any)
+			if wm["failurePolicy"] != "Fail" || cc["caBundle"] != ca || cc["service"].(map[string]any)["name"] != "queen-locks" {
+				t.Errorf("%s %s: failurePolicy %v, caBundle matches %v, service %v", kind, wm["name"], wm["failurePolicy"], cc["caBundle"] == ca, cc["service"])
+			}
+			if strings.Contains(wm["name"].(string), "guarded") {
+				sel := wm["objectSelector"].(map[string]any)["matchLabels"].(map[string]any)
+				if sel["locks.queen.dev/guarded"] != "true" {
+					t.Errorf("%s selects %v", wm["name"], sel)
+				}
+			}
+		}
+	}
+}
+
+func TestOtherValues(t *testing.T) {
+	objs := render(t, "webhook.certificate.source=certManager", "serviceMonitor.enabled=true", "crds.install=false",
+		"networkPolicy.enabled=true", "auth=none", "replicas=3")
+	if _, ok := objs["CustomResourceDefinition/queenlocks.locks.queen.dev"]; ok {
+		t.Error("CRD rendered with crds.install=false")
+	}
+	if _, ok := objs["Secret/queen-locks-webhook-cert"]; ok {
+		t.Error("the chart made a certificate although cert-manager makes it")
+	}
+	cert := get(t, objs, "Certificate/queen-locks-webhook")
+	if field(t, cert, "spec", "secretName") != "queen-locks-webhook-cert" {
+		t.Error("Certificate writes another Secret than the pods mount")
+	}
+	get(t, objs, "Issuer/queen-locks-selfsigned")
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		wh := get(t, objs, kind+"/queen-locks")
+		if wh.GetAnnotations()["cert-manager.io/inject-ca-from"] != "queen-locks/queen-locks-webhook" {
+			t.Errorf("%s annotations %v", kind, wh.GetAnnotations())
+		}
+	}
+	get(t, objs, "ServiceMonitor/queen-locks")
+	get(t, objs, "NetworkPolicy/queen-locks")
+	if r := field(t, get(t, objs, "Deployment/queen-locks"), "spec", "replicas"); r != int64(3) {
+		t.Errorf("replicas %v", r)
+	}
+	// With auth none the manager acts for callers, so it may create and update.
+	rules := field(t, get(t, objs, "ClusterRole/queen-locks-manager"), "rules").([]any)
+	if verbs := strings.Join(toStrings(rules[1].(map[string]any)["verbs"]), ","); !strings.Contains(verbs, "create") {
+		t.Errorf("auth=none manager verbs %s", verbs)
+	}
+	// A wrong certificate source is refused with a clear message.
+	out, err := exec.Command(helm, "template", "x", chart, "--set", "webhook.certificate.source=magic").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "helm or certManager") {
+		t.Errorf("bad certificate source: %v %s", err, out)
+	}
+}
+
+// The chart and config/ come from the same sources: the CRD and the
+// manager's RBAC are generated, and the workload roles and webhooks say the
+// same thing in both.
+func TestChartMatchesGeneratedManifests(t *testing.T) {
+	objs := render(t)
+	config := objects(t, run(t, filepath.Join(root, "bin", "kubectl"), "kustomize", filepath.Join(root, "config", "default")))
+	crdKey := "CustomResourceDefinition/queenlocks.locks.queen.dev"
+	if d := cmp.Diff(field(t, get(t, config, crdKey), "spec"), field(t, get(t, objs, crdKey), "spec")); d != "" {
+		t.Errorf("CRD differs (-config +chart):\n%s", d)
+	}
+	for chartName, configName := range map[string]string{
+		"ClusterRole/queen-locks-manager": "ClusterRole/queen-locks-manager",
+		"ClusterRole/queen-locks-holder":  "ClusterRole/queen-locks-holder",
+		"ClusterRole/queen-locks-viewer":  "ClusterRole/queen-locks-viewer",
+	} {
+		if d := cmp.Diff(normRules(t, get(t, config, configName)), normRules(t, get(t, objs, chartName))); d != "" {
+			t.Errorf("%s rules differ (-config +chart):\n%s", chartName, d)
+		}
+	}
+	paths := func(objs map[string]*unstructured.Unstructured) map[string]string {
+		out := map[string]string{}
+		for _, o := range objs {
+			if !strings.HasSuffix(o.GetKind(), "WebhookConfiguration") {
+				continue
+			}
+			for _, w := range field(t, o, "webhooks").([]any) {
+				wm := w.(map[string]any)
+				out[wm["name"].(string)] = wm["clientConfig"].(map[string]any)["service"].(map[string]any)["path"].(string)
+			}
+		}
+		return out
+	}
+	if d := cmp.Diff(paths(config), paths(objs)); d != "" {
+		t.Errorf("webhooks differ (-config +chart):\n%s", d)
+	}
+}
+
+// normRules sorts verbs, so rule order within a verb list does not matter.
+func normRules(t *testing.T, o *unstructured.Unstructured) []string {
+	var out []string
+	for _, r := range field(t, o, "rules").([]any) {
+		rm := r.(map[string]any)
+		verbs := toStrings(rm["verbs"])
+		sortStrings(verbs)
+		out = append(out, strings.Join(toStrings(rm["apiGroups"]), ",")+"|"+strings.Join(toStrings(rm["resources"]), ",")+"|"+strings.Join(verbs, ","))
+	}
+	sortStrings(out)
+	return out
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+func sortStrings(s []string) {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+}
+
+func writeKubeconfig(t *testing.T, e *controlplane.Env) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, e.Env.KubeConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,28 @@
+{{- define "queen-locks.fullname" -}}
+{{- if contains "queen-locks" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-queen-locks" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "queen-locks.labels" -}}
+app.kubernetes.io/name: queen-locks
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "queen-locks.selector" -}}
+app.kubernetes.io/name: queen-locks
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "queen-locks.certSecret" -}}
+{{ include "queen-locks.fullname" . }}-webhook-cert
+{{- end -}}
+
+{{- define "queen-locks.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}

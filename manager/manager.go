@@ -5,9 +5,11 @@
 package manager
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -58,6 +61,10 @@ type Options struct {
 	Auth string
 	// DefaultNamespace is the namespace of calls that name none, with route.AuthNone.
 	DefaultNamespace string
+
+	// SkipNameValidation lets a process run more than one manager (tests
+	// that need a second control plane); a real manager runs alone.
+	SkipNameValidation bool
 }
 
 // New checks the API server's version and builds a manager with every part
@@ -80,6 +87,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// Releasing the lease on a clean stop lets the next replica take
 		// expiry over at once instead of after the lease duration.
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -96,7 +104,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	(&webhook.QueenLock{Clock: o.Clock}).SetupWithManager(mgr)
 	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
 	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
+		var dup prometheus.AlreadyRegisteredError
+		if !errors.As(err, &dup) || !o.SkipNameValidation {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
 	}
 	if o.RouteAddr != "" {
 		srv, err := route.New(route.Config{

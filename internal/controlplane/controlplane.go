@@ -137,6 +137,7 @@ func Start(o Options) (*Env, error) {
 		ExpiryGrace: o.ExpiryGrace,
 		Clock:       o.Clock,
 
+		SkipNameValidation:      true,
 		LeaderElect:             o.LeaderElectionNamespace != "",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
 
@@ -178,6 +179,13 @@ func (e *Env) Done() <-chan struct{} { return e.done }
 
 // Err is the manager's error once Done is closed.
 func (e *Env) Err() error { return e.err }
+
+// StopManager stops the manager alone: the webhooks stop answering while
+// the API server goes on.
+func (e *Env) StopManager() {
+	e.stop()
+	<-e.done
+}
 
 // Stop stops the manager, then the control plane.
 func (e *Env) Stop() error {

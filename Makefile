@@ -76,6 +76,12 @@ fuzz: ## Run each fuzz target for FUZZTIME (10s).
 unit: ## Unit tests alone, no control plane.
 	go test -count=1 -short $(GO_PACKAGES)
 
+##@ Measure
+
+.PHONY: bench
+bench: tools ## Throughput, latency, renew load and memory, against a Lease baseline; writes docs/benchmarks.md.
+	go run ./bench -out docs/benchmarks.md
+
 ##@ Run
 
 .PHONY: dev

@@ -1,0 +1,267 @@
+// Command bench measures queen-locks on the local control plane, side by
+// side with a baseline measured in the same run: plain coordination.k8s.io
+// Lease create+delete with client-go against the same API server (the same
+// etcd writes, without the webhooks and the route). It prints a markdown
+// table and writes it to docs/benchmarks.md.
+//
+//	make bench                      # go run ./bench -out docs/benchmarks.md
+//	go run ./bench -duration 10s    # longer runs per row
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/queen-locks/queen-locks/handle"
+	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/manager"
+	"github.com/queen-locks/queen-locks/route"
+)
+
+func main() {
+	duration := flag.Duration("duration", 5*time.Second, "how long each throughput row runs")
+	out := flag.String("out", "", "also write the report to this file")
+	permits := flag.Int("permits", 10000, "held permits for the memory row")
+	flag.Parse()
+	if err := run(*duration, *out, *permits); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// cycle is one unit of work of a worker; it answers an error to stop.
+type cycle func(ctx context.Context, worker, i int) error
+
+type result struct {
+	name   string
+	conc   int
+	cycles int
+	secs   float64
+	p50    time.Duration
+	p99    time.Duration
+}
+
+func (r result) rate() float64 { return float64(r.cycles) / r.secs }
+
+// measure runs conc workers doing c for d and collects per-cycle latencies.
+func measure(name string, conc int, d time.Duration, c cycle) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var mu sync.Mutex
+	var lat []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range conc {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := 0; ctx.Err() == nil; i++ {
+				t0 := time.Now()
+				if err := c(context.Background(), w, i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", name, err)
+					}
+					mu.Unlock()
+					cancel()
+					break
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	r := result{name: name, conc: conc, cycles: len(lat), secs: time.Since(start).Seconds()}
+	r.p50, r.p99 = percentile(lat, 50), percentile(lat, 99)
+	return r, firstErr
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d[min(len(d)-1, len(d)*p/100)]
+}
+
+func run(d time.Duration, outPath string, nPermits int) error {
+	routeAddr := "127.0.0.1:16632"
+	env, err := controlplane.Start(controlplane.Options{RouteAddr: routeAddr, Auth: route.AuthNone, DefaultNamespace: "bench"})
+	if err != nil {
+		return err
+	}
+	defer env.Stop()
+	ctx := context.Background()
+	if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, nsObj("bench"), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	// Every client without a client-side rate limit, as the route's are.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	kc, err := client.New(cfg, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		return err
+	}
+	httpT := handle.HTTP("http://"+routeAddr+route.Path, handle.HTTPOptions{Namespace: "bench"})
+	kubeT := handle.Kube(kc, "bench")
+	waitRoute(httpT)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s on this machine: %d cores, %s memory, %s, one local control plane (etcd and kube-apiserver built by the project).\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), memTotal(), runtime.Version())
+	fmt.Fprintf(&b, "## Acquire + release cycles\n\nEach worker loops over its own lock: acquire, then release. %s per row.\n\n", d)
+	fmt.Fprintf(&b, "| path | clients | cycles/s | ratio to Lease | p50 | p99 |\n|---|---:|---:|---:|---:|---:|\n")
+	lease := func(ctx context.Context, w, i int) error {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("w%d", w)}}
+		if _, err := cs.CoordinationV1().Leases("bench").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		return cs.CoordinationV1().Leases("bench").Delete(ctx, l.Name, metav1.DeleteOptions{})
+	}
+	lockCycle := func(t handle.Transport, prefix string) cycle {
+		return func(ctx context.Context, w, i int) error {
+			name := fmt.Sprintf("%s-%d", prefix, w)
+			a, err := t.Acquire(ctx, name, fmt.Sprint("w", w), 30, 1)
+			if err != nil {
+				return err
+			}
+			if !a.Acquired {
+				return fmt.Errorf("acquire of %s: %s", name, a.Reason)
+			}
+			_, err = t.Release(ctx, name, 0, a.Token, fmt.Sprint("w", w))
+			return err
+		}
+	}
+	for _, conc := range []int{1, 8, 32} {
+		base, err := measure("Lease create+delete (baseline)", conc, d, lease)
+		if err != nil {
+			return err
+		}
+		rows := []result{base}
+		for _, p := range []struct {
+			name string
+			c    cycle
+		}{
+			{"route (HTTP, JSON)", lockCycle(httpT, fmt.Sprint("r", conc))},
+			{"handle, direct Kubernetes API", lockCycle(kubeT, fmt.Sprint("k", conc))},
+		} {
+			r, err := measure(p.name, conc, d, p.c)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, r)
+		}
+		for _, r := range rows {
+			fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f | %s | %s |\n", r.name, r.conc, r.rate(), r.rate()/base.rate(), ms(r.p50), ms(r.p99))
+		}
+		fmt.Fprint(os.Stderr, ".")
+	}
+
+	// One call of 64 acquires against 64 calls of one.
+	fmt.Fprintf(&b, "\n## Batching\n\n| what | time for 64 acquires |\n|---|---:|\n")
+	batch := `{"namespace":"bench","operations":[`
+	for i := range 64 {
+		if i > 0 {
+			batch += ","
+		}
+		batch += fmt.Sprintf(`{"op":"acquire","name":"batch-%d","ttlSeconds":30,"owner":"b"}`, i)
+	}
+	batch += "]}"
+	t0 := time.Now()
+	if err := post("http://"+routeAddr+route.Path, batch); err != nil {
+		return err
+	}
+	one := time.Since(t0)
+	t0 = time.Now()
+	for i := range 64 {
+		if _, err := httpT.Acquire(ctx, fmt.Sprint("single-", i), "b", 30, 1); err != nil {
+			return err
+		}
+	}
+	many := time.Since(t0)
+	fmt.Fprintf(&b, "| one call of 64 operations | %s |\n| 64 calls of one operation, one after another | %s |\n", ms(one), ms(many))
+
+	// Renew load: N holders renewing every 10 s (a third of 30 s).
+	fmt.Fprintf(&b, "\n## Renew load\n\nN permits held through the route, each renewed every 10 s (a third of a 30 s TTL) at a random phase, for 20 s.\n\n| held permits | renews | renew p50 | renew p99 | lost |\n|---|---:|---:|---:|---:|\n")
+	for _, n := range []int{250, 1000, 2000} {
+		r, lost, err := renewLoad(httpT, n)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %d |\n", n, r.cycles, ms(r.p50), ms(r.p99), lost)
+		fmt.Fprint(os.Stderr, ".")
+		if r.p99 > time.Second {
+			break
+		}
+	}
+
+	// Memory with many held permits in the manager's cache. The manager
+	// shares this process with the benchmark, so the figure is the live Go
+	// heap after a collection (what the cache keeps), beside the process's
+	// resident memory.
+	heapBefore, rssBefore := liveHeap(), rss()
+	if err := holdMany(kubeT, nPermits); err != nil {
+		return err
+	}
+	if err := waitCached(env, nPermits); err != nil {
+		return err
+	}
+	heapAfter, rssAfter := liveHeap(), rss()
+	fmt.Fprintf(&b, "\n## Memory\n\n%d more permits held, all in the manager's informer cache:\n\n| | before | after | per permit |\n|---|---:|---:|---:|\n", nPermits)
+	fmt.Fprintf(&b, "| live Go heap after GC (manager and benchmark in one process) | %s | %s | %.1f KiB |\n", mib(heapBefore), mib(heapAfter), float64(heapAfter-heapBefore)/1024/float64(nPermits))
+	fmt.Fprintf(&b, "| process resident memory | %s | %s | %.1f KiB |\n", mib(rssBefore), mib(rssAfter), float64(rssAfter-rssBefore)/1024/float64(nPermits))
+
+	fmt.Fprintln(os.Stderr)
+	report := b.String()
+	fmt.Print(report)
+	if outPath != "" {
+		doc := "# Benchmarks\n\nReproduce with `make bench` (about five minutes). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
+		return os.WriteFile(outPath, []byte(doc), 0o644)
+	}
+	return nil
+}
+
+const notes = `
+## Reading the numbers
+
+- Per cycle the baseline makes two API calls (create, delete) and no
+  admission call. queen-locks makes four API calls and two webhook calls: an
+  acquire lists the lock's permits before it creates one (to answer
+  "already" without handing an owner a second slot, and to list the
+  holders), the create passes the mutating and the validating webhook, and a
+  release reads the permit (to carry an owner's stale token through) before
+  its conditional delete. That is where the ratio goes; the route's HTTP and
+  JSON on loopback cost little next to it (route and direct rows are close).
+- The target set for this benchmark, the route within 25% of the Lease
+  baseline, is not met. What would close most of the gap, not done yet:
+  replacing the validating webhook's re-check with CEL transition rules on
+  the CRD (the renewTime the mutating webhook stamps stands in for the clock,
+  so the rules need no "now"), which removes one network round trip from
+  every write; and one-call release and renew (a delete or a patch
+  conditional on the token), which needs the holder role to allow patch.
+- The renew load rows show the latency of renews at a steady rate; the rows
+  stop at the first step whose p99 passes one second.
+- Resident memory includes what the earlier rows allocated and the Go
+  runtime has not yet returned, so it can even fall; the live heap after a
+  collection is the figure that shows what 10,000 cached permits cost.
+`

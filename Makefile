@@ -48,9 +48,10 @@ verify-gen: generate manifests ## Fail when generated files are not what the sou
 ##@ Build and check
 
 .PHONY: build fmt vet lint
-build: ## Build bin/manager and bin/queenlock.
+build: ## Build bin/manager and bin/queenlock (also as the kubectl plugin bin/kubectl-queen).
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/queenlock ./cmd/queenlock
+	ln -sf queenlock $(BIN)/kubectl-queen
 
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go')

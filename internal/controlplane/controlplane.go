@@ -90,7 +90,10 @@ func Start(o Options) (*Env, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		os.Setenv("KUBEBUILDER_ASSETS", filepath.Join(root, "bin"))
 	}
-	te := &envtest.Environment{}
+	// Generous timeouts: on a busy two-core machine kube-apiserver can take
+	// longer than envtest's 20 s default to start or stop, and a stop that
+	// times out leaves the processes behind.
+	te := &envtest.Environment{ControlPlaneStartTimeout: time.Minute, ControlPlaneStopTimeout: time.Minute}
 	if !o.Bare {
 		te.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 		te.ErrorIfCRDPathMissing = true

@@ -245,20 +245,20 @@ const notes = `
 ## Reading the numbers
 
 - Per cycle the baseline makes two API calls (create, delete) and no
-  admission call. queen-locks makes four API calls and two webhook calls: an
+  admission call. queen-locks makes four API calls and one webhook call: an
   acquire lists the lock's permits before it creates one (to answer
   "already" without handing an owner a second slot, and to list the
-  holders), the create passes the mutating and the validating webhook, and a
-  release reads the permit (to carry an owner's stale token through) before
-  its conditional delete. That is where the ratio goes; the route's HTTP and
-  JSON on loopback cost little next to it (route and direct rows are close).
+  holders), the create passes the mutating webhook (the re-check after it is
+  the CRD's CEL rules, inside the API server), and a release reads the permit
+  (to carry an owner's stale token through) before its conditional delete.
+  The route's HTTP and JSON on loopback cost little next to that (the route
+  and direct rows are close).
 - The target set for this benchmark, the route within 25% of the Lease
-  baseline, is not met. What would close most of the gap, not done yet:
-  replacing the validating webhook's re-check with CEL transition rules on
-  the CRD (the renewTime the mutating webhook stamps stands in for the clock,
-  so the rules need no "now"), which removes one network round trip from
-  every write; and one-call release and renew (a delete or a patch
-  conditional on the token), which needs the holder role to allow patch.
+  baseline, is not met. What would close more of the gap, not done: a
+  one-call renew and release (a patch or delete conditional on the token,
+  reading only when the token is stale), which needs the holder role to
+  allow patch, and an acquire that creates first and lists only when the
+  create loses, which needs another way to keep an owner from a second slot.
 - The renew load rows show the latency of renews at a steady rate; the rows
   stop at the first step whose p99 passes one second.
 - Resident memory includes what the earlier rows allocated and the Go

@@ -149,10 +149,10 @@ func TestDefaults(t *testing.T) {
 	if b, _ := pem.Decode(leaf); b == nil || !strings.Contains(string(leaf), "CERTIFICATE") {
 		t.Error("tls.crt is not a PEM certificate")
 	}
-	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+	for kind, want := range map[string]int{"MutatingWebhookConfiguration": 2, "ValidatingWebhookConfiguration": 1} {
 		whs := field(t, get(t, objs, kind+"/queen-locks"), "webhooks").([]any)
-		if len(whs) != 2 {
-			t.Errorf("%s has %d webhooks, want 2", kind, len(whs))
+		if len(whs) != want {
+			t.Errorf("%s has %d webhooks, want %d", kind, len(whs), want)
 		}
 		for _, w := range whs {
 			wm := w.(map[string]any)

@@ -72,7 +72,9 @@ func TestInstallIntoARealAPIServerAndKeepTheCRD(t *testing.T) {
 	p := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": locksv1alpha1.GroupVersion.String(), "kind": "QueenLock",
 		"metadata": map[string]any{"name": "kept.0", "namespace": "queen-locks"},
-		"spec":     map[string]any{"lock": "kept", "slot": int64(0), "limit": int64(1), "owner": "o", "ttlSeconds": int64(3600)},
+		// No webhook stamps times here; the CRD's rules still want them.
+		"spec": map[string]any{"lock": "kept", "slot": int64(0), "limit": int64(1), "owner": "o", "ttlSeconds": int64(3600),
+			"acquireTime": "2026-12-02T10:00:00.000000Z", "renewTime": "2026-12-02T10:00:00.000000Z", "expireTime": "2026-12-02T11:00:00.000000Z"},
 	}}
 	if err := e.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)

@@ -89,7 +89,8 @@ func ValidateSpec(p *locksv1alpha1.QueenLock) field.ErrorList {
 
 // Stamp decides whether writing obj over old (nil for a create) is a lock
 // transition at now, and if so stamps the server's times and the lock label
-// on obj. It is what the mutating webhook runs.
+// on obj. It is what the mutating webhook runs; the CRD's CEL rules check the
+// stamped result once more after every mutating webhook has run.
 //
 //   - create: acquire a free slot.
 //   - update that clears acquireTime: take over a permit that has expired.
@@ -133,43 +134,6 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
 	return nil
 }
 
-// Check re-checks a stamped write, as the validating webhook does after every
-// mutating webhook has run: the fields, the stamped times and the transition.
-func Check(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
-	if errs := ValidateSpec(obj); len(errs) > 0 {
-		return invalid(errs)
-	}
-	if errs := validateStamped(obj); len(errs) > 0 {
-		return invalid(errs)
-	}
-	if old == nil {
-		errs := validateCreateMeta(obj)
-		if !obj.Spec.AcquireTime.Equal(obj.Spec.RenewTime) {
-			errs = append(errs, field.Invalid(specPath.Child("acquireTime"), obj.Spec.AcquireTime, "must equal renewTime on acquire"))
-		}
-		return invalid(errs)
-	}
-	if err := validateUpdate(old, obj); err != nil {
-		return err
-	}
-	if !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime) {
-		if !Expired(old, now) {
-			return heldBy(old)
-		}
-		if !obj.Spec.AcquireTime.Equal(obj.Spec.RenewTime) {
-			return invalid(field.ErrorList{field.Invalid(specPath.Child("acquireTime"), obj.Spec.AcquireTime, "must equal renewTime on takeover")})
-		}
-		return nil
-	}
-	if err := checkRenew(old, obj, now); err != nil {
-		return err
-	}
-	if old.Spec.RenewTime != nil && !old.Spec.RenewTime.Before(obj.Spec.RenewTime) {
-		return invalid(field.ErrorList{field.Invalid(specPath.Child("renewTime"), obj.Spec.RenewTime, "a renew must move renewTime forward")})
-	}
-	return nil
-}
-
 func checkRenew(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
 	if obj.Spec.Owner != old.Spec.Owner {
 		return heldBy(old)
@@ -195,26 +159,6 @@ func stamp(obj *locksv1alpha1.QueenLock, now time.Time, acquire bool) {
 	}
 	obj.Spec.RenewTime = &t
 	obj.Spec.ExpireTime = &exp
-}
-
-func validateStamped(obj *locksv1alpha1.QueenLock) field.ErrorList {
-	var errs field.ErrorList
-	s := obj.Spec
-	for name, t := range map[string]*metav1.MicroTime{"acquireTime": s.AcquireTime, "renewTime": s.RenewTime, "expireTime": s.ExpireTime} {
-		if t == nil {
-			errs = append(errs, field.Required(specPath.Child(name), "is stamped by the admission webhook; is it installed?"))
-		}
-	}
-	if len(errs) > 0 {
-		return errs
-	}
-	if want := s.RenewTime.Add(time.Duration(s.TTLSeconds) * time.Second); !s.ExpireTime.Time.Equal(want) {
-		errs = append(errs, field.Invalid(specPath.Child("expireTime"), s.ExpireTime, "must be renewTime plus ttlSeconds"))
-	}
-	if got, want := obj.Labels[LockLabel], LabelValue(s.Lock); got != want {
-		errs = append(errs, field.Invalid(field.NewPath("metadata", "labels").Key(LockLabel), got, fmt.Sprintf("must be %q", want)))
-	}
-	return errs
 }
 
 // validateCreateMeta refuses finalizers: a permit that lingers after its

@@ -19,14 +19,14 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-// Paths the webhooks are served on; config/webhook names the same.
-const (
-	MutatePath   = "/mutate-locks-queen-dev-v1alpha1-queenlock"
-	ValidatePath = "/validate-locks-queen-dev-v1alpha1-queenlock"
-)
+// MutatePath is where the webhook is served; config/webhook names the same.
+const MutatePath = "/mutate-locks-queen-dev-v1alpha1-queenlock"
 
+// The re-check after every mutating webhook has run is not a second
+// webhook: it is the CRD's own CEL rules (see api/v1alpha1), evaluated inside
+// the API server without another network round trip per write.
+//
 // +kubebuilder:webhook:path=/mutate-locks-queen-dev-v1alpha1-queenlock,mutating=true,failurePolicy=fail,sideEffects=None,groups=locks.queen.dev,resources=queenlocks,verbs=create;update,versions=v1alpha1,name=mqueenlock.locks.queen.dev,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-locks-queen-dev-v1alpha1-queenlock,mutating=false,failurePolicy=fail,sideEffects=None,groups=locks.queen.dev,resources=queenlocks,verbs=create;update,versions=v1alpha1,name=vqueenlock.locks.queen.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
 // QueenLock admits writes to permits. Clock is the server's clock: the times
 // it stamps are the only ones the lock trusts.
@@ -35,7 +35,7 @@ type QueenLock struct {
 	decoder admission.Decoder
 }
 
-// SetupWithManager registers both webhooks on the manager's webhook server.
+// SetupWithManager registers the webhook on the manager's webhook server.
 func (h *QueenLock) SetupWithManager(mgr ctrl.Manager) {
 	if h.Clock == nil {
 		h.Clock = clock.RealClock{}
@@ -43,7 +43,6 @@ func (h *QueenLock) SetupWithManager(mgr ctrl.Manager) {
 	h.decoder = admission.NewDecoder(mgr.GetScheme())
 	srv := mgr.GetWebhookServer()
 	srv.Register(MutatePath, &admission.Webhook{Handler: admission.HandlerFunc(h.Mutate)})
-	srv.Register(ValidatePath, &admission.Webhook{Handler: admission.HandlerFunc(h.Validate)})
 }
 
 // Mutate decides the transition and stamps the server's times on it.
@@ -60,18 +59,6 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, stamped)
-}
-
-// Validate re-checks the stamped write after every mutating webhook has run.
-func (h *QueenLock) Validate(ctx context.Context, req admission.Request) admission.Response {
-	old, obj, resp := h.decode(req)
-	if obj == nil {
-		return resp
-	}
-	if err := permit.Check(old, obj, h.Clock.Now()); err != nil {
-		return deny(err)
-	}
-	return admission.Allowed("")
 }
 
 func (h *QueenLock) decode(req admission.Request) (old, obj *locksv1alpha1.QueenLock, resp admission.Response) {

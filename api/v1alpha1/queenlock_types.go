@@ -7,7 +7,15 @@ import (
 // QueenLockSpec is the state of one held permit. The times are stamped by the
 // admission webhook from the API server side's clock; whatever a client sends
 // in them is replaced.
+//
+// The rules below re-check every write after all mutating webhooks have run,
+// inside the API server, with no further network call. They need no clock:
+// the renewTime the webhook stamps is the moment of admission, so "before
+// expiry" is renewTime < the old expireTime.
 // +kubebuilder:validation:XValidation:rule="self.slot < self.limit",message="slot must be below limit"
+// +kubebuilder:validation:XValidation:rule="has(self.acquireTime) && has(self.renewTime) && has(self.expireTime)",message="acquireTime, renewTime and expireTime are stamped by the admission webhook: is it running?"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewTime) || !has(self.expireTime) || (self.expireTime - self.renewTime).getMilliseconds() == self.ttlSeconds * 1000",message="expireTime must be renewTime plus ttlSeconds"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.acquireTime) || !has(oldSelf.renewTime) || !has(oldSelf.expireTime) || !has(self.acquireTime) || !has(self.renewTime) || (self.acquireTime == oldSelf.acquireTime ? (self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime) : (self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime))",message="not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime"
 type QueenLockSpec struct {
 	// lock is the name of the lock or semaphore this permit belongs to:
 	// 1 to 256 bytes of UTF-8, no control character and no '#'.

@@ -103,6 +103,9 @@ func Start(o Options) (*Env, error) {
 	}
 	cfg, err := te.Start()
 	if err != nil {
+		// Start can fail after etcd and kube-apiserver are up (say, a CRD the
+		// API server refuses): stop them rather than leave them behind.
+		_ = te.Stop()
 		return nil, fmt.Errorf("starting the control plane (is bin/ built? run 'make tools'): %w", err)
 	}
 	e := &Env{Env: te, Config: cfg}

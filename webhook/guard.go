@@ -60,6 +60,23 @@ type objectMeta struct {
 	Metadata metav1.ObjectMeta `json:"metadata"`
 }
 
+// writeMetas decodes the metadata of the object a create or update writes,
+// and of the object it replaces (empty on create). For any other operation,
+// or a body that does not decode, ok is false and resp is the answer.
+func writeMetas(req admission.Request) (obj, old metav1.ObjectMeta, resp admission.Response, ok bool) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return obj, old, admission.Allowed(""), false
+	}
+	var err error
+	if obj, err = decodeMeta(req.Object.Raw); err == nil {
+		old, err = decodeMeta(req.OldObject.Raw)
+	}
+	if err != nil {
+		return obj, old, admission.Errored(http.StatusBadRequest, err), false
+	}
+	return obj, old, resp, true
+}
+
 func decodeMeta(raw []byte) (metav1.ObjectMeta, error) {
 	var o objectMeta
 	if len(raw) == 0 {
@@ -71,12 +88,9 @@ func decodeMeta(raw []byte) (metav1.ObjectMeta, error) {
 
 // Mutate records the guard's token as the object's fence.
 func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	meta, err := decodeMeta(req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+	meta, _, resp, ok := writeMetas(req)
+	if !ok {
+		return resp
 	}
 	raw, ok := meta.Annotations[permit.GuardAnnotation]
 	if !ok {
@@ -95,16 +109,9 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 
 // Validate admits a guarded write only under the current token.
 func (g *Guard) Validate(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	meta, err := decodeMeta(req.Object.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	old, err := decodeMeta(req.OldObject.Raw)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+	meta, old, resp, ok := writeMetas(req)
+	if !ok {
+		return resp
 	}
 	highest, err := fenceOf(old)
 	if err != nil {

@@ -252,20 +252,31 @@ func (e *Env) Namespace(t testing.TB, prefix string) string {
 // It answers the route's full URL.
 func (e *Env) ServeRoute(t testing.TB, auth, ns string) (url string, stop func()) {
 	t.Helper()
-	srv, err := route.New(route.Config{Auth: auth, DefaultNamespace: ns, REST: e.Config,
-		Scheme: manager.Scheme, Mapper: e.Manager.GetRESTMapper(), Log: logr.Discard(), OpTimeout: 10 * time.Second})
+	url, stop, err := e.StartRoute(e.Config, auth, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stop)
+	return url, stop
+}
+
+// StartRoute serves the lock route over cfg, which may point elsewhere than
+// this control plane (an API server that is not there, say), on a free
+// loopback port until stop is called. It answers the route's full URL.
+func (e *Env) StartRoute(cfg *rest.Config, auth, ns string) (url string, stop func(), err error) {
+	srv, err := route.New(route.Config{Auth: auth, DefaultNamespace: ns, REST: cfg,
+		Scheme: manager.Scheme, Mapper: e.Manager.GetRESTMapper(), Log: logr.Discard(), OpTimeout: 10 * time.Second})
+	if err != nil {
+		return "", nil, err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ctx, ln); close(done) }()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return "http://" + ln.Addr().String() + route.Path, stop
+	return "http://" + ln.Addr().String() + route.Path, stop, nil
 }

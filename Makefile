@@ -65,9 +65,10 @@ lint: ## go vet and a gofmt check.
 FUZZTIME ?= 10s
 
 .PHONY: test unit fuzz
-test: tools verify-gen lint ## Everything CI checks: generated files, vet, gofmt, unit and envtest suites, a short fuzz.
+test: tools verify-gen lint ## Everything CI checks: generated files, vet, gofmt, unit and envtest suites, a short fuzz, a one-minute chaos run.
 	go test -count=1 -timeout 20m $(GO_PACKAGES)
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory chaos CHAOS_DURATION=1m
 
 fuzz: ## Run each fuzz target for FUZZTIME (10s).
 	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./route
@@ -82,6 +83,14 @@ unit: ## Unit tests alone, no control plane.
 .PHONY: bench
 bench: tools ## Throughput, latency, renew load and memory, against a Lease baseline; writes docs/benchmarks.md.
 	go run ./bench -out docs/benchmarks.md
+
+CHAOS_DURATION ?= 5m
+CHAOS_FLAGS ?=
+
+.PHONY: chaos
+chaos: tools build ## Fault injection for CHAOS_DURATION (5m): kills and pauses, then checks the history; exits 1 on a violation.
+	go build -o $(BIN)/chaos ./cmd/chaos
+	$(BIN)/chaos -duration $(CHAOS_DURATION) -manager $(BIN)/manager $(CHAOS_FLAGS)
 
 ##@ Run
 

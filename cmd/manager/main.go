@@ -18,6 +18,7 @@ func main() {
 	var o manager.Options
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz for the kubelet.")
+	flag.StringVar(&o.WebhookHost, "webhook-host", "", "Address the admission webhook server binds (default: every interface).")
 	flag.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
 	flag.StringVar(&o.CertDir, "webhook-cert-dir", "", "Directory holding tls.crt and tls.key for the webhook server (default: the controller-runtime default).")
 	flag.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect one replica to run the expiry controller; every replica serves the webhooks and the route.")

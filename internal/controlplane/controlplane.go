@@ -49,6 +49,12 @@ type Options struct {
 	// Bare starts etcd and kube-apiserver alone: no CRD, no webhook
 	// configuration, no manager. For installing the chart itself.
 	Bare bool
+	// NoManager installs the CRD and the webhook configurations but runs no
+	// manager in this process: the caller runs one (a separate process, say)
+	// serving the webhooks at Env.Env.WebhookInstallOptions.
+	NoManager bool
+	// APIServerFlags are extra kube-apiserver flags, name to value.
+	APIServerFlags map[string]string
 	// ManagerConfig, when set, gives the manager's client configuration from
 	// the admin's, after the CRD and webhooks are in: for running the
 	// manager under a restricted identity.
@@ -94,6 +100,9 @@ func Start(o Options) (*Env, error) {
 	// longer than envtest's 20 s default to start or stop, and a stop that
 	// times out leaves the processes behind.
 	te := &envtest.Environment{ControlPlaneStartTimeout: time.Minute, ControlPlaneStopTimeout: time.Minute}
+	for name, value := range o.APIServerFlags {
+		te.ControlPlane.GetAPIServer().Configure().Set(name, value)
+	}
 	if !o.Bare {
 		te.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 		te.ErrorIfCRDPathMissing = true
@@ -119,7 +128,7 @@ func Start(o Options) (*Env, error) {
 	if e.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fail(err)
 	}
-	if o.Bare {
+	if o.Bare || o.NoManager {
 		e.stop, e.done = func() {}, make(chan struct{})
 		close(e.done)
 		return e, nil

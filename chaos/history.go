@@ -1,0 +1,139 @@
+// Package chaos is the fault-injection safety check behind make chaos: client
+// processes contend for one lock and write a guarded ConfigMap under its
+// token while the manager, kube-apiserver, etcd and the clients themselves
+// are killed or paused; then the recorded history is checked.
+//
+// What is recorded comes from two sides that do not trust each other: each
+// client logs every call it made with its own wall-clock times and what it
+// was answered, and a watcher records every version of the permit and of the
+// ConfigMap in the order etcd committed them. The checks in check.go compare
+// the two.
+package chaos
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kinds of client operation.
+const (
+	KindAcquire = "acquire"
+	KindRenew   = "renew"
+	KindRelease = "release"
+	KindWrite   = "write" // a guarded update of the shared ConfigMap
+)
+
+// Outcomes of a client operation.
+const (
+	Acquired  = "acquired"
+	Already   = "already"
+	Held      = "held"
+	Contended = "contended"
+	Renewed   = "renewed"
+	Released  = "released"
+	Lost      = "lost"
+	Written   = "written"
+	// Refused is a guarded write the webhook denied (kv_precondition).
+	Refused = "refused"
+	// Failed was certainly not applied: the connection was refused, or the
+	// API server's compare-and-swap failed. It is left out of the checks.
+	Failed = "failed"
+	// Unknown may or may not have been applied: a timeout, a reset
+	// connection, a 5xx. The checks allow both.
+	Unknown = "unknown"
+)
+
+// Op is one call a client made, as the client saw it. Times are Unix
+// nanoseconds of the machine's wall clock, which the manager's webhook
+// also stamps permits with: every process runs on this one machine.
+type Op struct {
+	Client  int    `json:"client"`
+	Kind    string `json:"kind"`
+	Owner   string `json:"owner"`
+	Token   uint64 `json:"token,omitempty"` // the token sent (renew, release, write)
+	TTL     int64  `json:"ttl,omitempty"`   // seconds (acquire, renew)
+	Call    int64  `json:"call"`
+	Return  int64  `json:"return"`
+	Outcome string `json:"outcome"`
+
+	// Acquire and renew: the token and expiry answered.
+	NewToken  uint64 `json:"newToken,omitempty"`
+	ExpiresAt int64  `json:"expiresAt,omitempty"`
+	// A held acquire: the holder answered.
+	HolderOwner   string `json:"holderOwner,omitempty"`
+	HolderToken   uint64 `json:"holderToken,omitempty"`
+	HolderExpires int64  `json:"holderExpires,omitempty"`
+	// Write: the counter written and the ConfigMap's resourceVersion after.
+	Counter int64  `json:"counter,omitempty"`
+	Version uint64 `json:"version,omitempty"`
+
+	Error string `json:"error,omitempty"`
+	// BadCall: the route refused the call as malformed (a harness bug).
+	BadCall bool `json:"badCall,omitempty"`
+}
+
+func (o Op) String() string {
+	s := fmt.Sprintf("client %d %s owner=%s", o.Client, o.Kind, o.Owner)
+	if o.Token != 0 {
+		s += fmt.Sprintf(" token=%d", o.Token)
+	}
+	s += " -> " + o.Outcome
+	if o.NewToken != 0 {
+		s += fmt.Sprintf(" token=%d expires=%s", o.NewToken, stamp(o.ExpiresAt))
+	}
+	if o.HolderOwner != "" {
+		s += fmt.Sprintf(" holder=%s token=%d expires=%s", o.HolderOwner, o.HolderToken, stamp(o.HolderExpires))
+	}
+	if o.Kind == KindWrite && o.Outcome == Written {
+		s += fmt.Sprintf(" counter=%d version=%d", o.Counter, o.Version)
+	}
+	s += fmt.Sprintf(" [%s .. %s]", stamp(o.Call), stamp(o.Return))
+	if o.Error != "" {
+		s += ": " + o.Error
+	}
+	return s
+}
+
+// Event is one version of the permit or of the ConfigMap, as a watch
+// delivered it. Versions are etcd revisions: one total order over both.
+type Event struct {
+	Type    string `json:"type"` // ADDED, MODIFIED or DELETED
+	Version uint64 `json:"version"`
+	Seen    int64  `json:"seen"` // when the watcher received it
+
+	// Permit fields (a DELETED event carries the last state).
+	UID         string `json:"uid,omitempty"`
+	Owner       string `json:"owner,omitempty"`
+	AcquireTime int64  `json:"acquireTime,omitempty"`
+	RenewTime   int64  `json:"renewTime,omitempty"`
+	ExpireTime  int64  `json:"expireTime,omitempty"`
+
+	// ConfigMap fields: what the writer put in, and the fence the webhook
+	// recorded.
+	Counter int64  `json:"counter,omitempty"`
+	Token   uint64 `json:"token,omitempty"`
+	Writer  string `json:"writer,omitempty"`
+	Fence   uint64 `json:"fence,omitempty"`
+}
+
+func (e Event) String() string {
+	if e.Writer != "" || e.Counter != 0 {
+		return fmt.Sprintf("%s version=%d counter=%d token=%d writer=%s fence=%d", e.Type, e.Version, e.Counter, e.Token, e.Writer, e.Fence)
+	}
+	return fmt.Sprintf("%s version=%d owner=%s acquired=%s renewed=%s expires=%s", e.Type, e.Version, e.Owner,
+		stamp(e.AcquireTime), stamp(e.RenewTime), stamp(e.ExpireTime))
+}
+
+// History is everything one run recorded.
+type History struct {
+	Ops     []Op    `json:"ops"`
+	Permits []Event `json:"permits"` // the lock's one permit, in commit order
+	Objects []Event `json:"objects"` // the guarded ConfigMap, in commit order
+}
+
+func stamp(ns int64) string {
+	if ns == 0 {
+		return "-"
+	}
+	return time.Unix(0, ns).UTC().Format("15:04:05.000000")
+}

@@ -1,0 +1,156 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is a process the harness can kill and start again with the same
+// command line: etcd and kube-apiserver (first started by envtest, found
+// among this process's children) and the manager.
+type proc struct {
+	name string
+	args []string // args[0] is the binary
+	env  []string
+	log  io.Writer
+	// stdin and stdout, when set, replace the log for those streams.
+	stdin  io.Reader
+	stdout io.Writer
+	pid    int
+	done   chan struct{} // closed when a process this harness started has exited
+}
+
+// findChild finds this process's child running the binary named name.
+func findChild(name string) (*proc, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces, so split after
+		// its closing parenthesis.
+		s := string(stat)
+		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		fields := strings.Fields(s[closing+1:])
+		if len(fields) < 2 || s[open+1:closing] != name || fields[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			return nil, err
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		return &proc{name: name, args: args, pid: pid}, nil
+	}
+	return nil, fmt.Errorf("no child process %q found", name)
+}
+
+// start runs the command line again.
+func (p *proc) start() error {
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = p.log, p.log, p.stdin
+	if p.stdout != nil {
+		cmd.Stdout = p.stdout
+	}
+	// Its own process group, and killed if the harness dies first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	p.pid = cmd.Process.Pid
+	p.done = make(chan struct{})
+	done := p.done
+	go func() { _ = cmd.Wait(); close(done) }()
+	return nil
+}
+
+// exited tells whether a process this harness started has exited (and
+// been reaped: its pid may already belong to another process).
+func (p *proc) exited() bool {
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process, unless it has exited.
+func (p *proc) signal(sig syscall.Signal) error {
+	if p.exited() {
+		return fmt.Errorf("%s (pid %d): %w", p.name, p.pid, syscall.ESRCH)
+	}
+	if err := syscall.Kill(p.pid, sig); err != nil {
+		return fmt.Errorf("%s (pid %d): %w", p.name, p.pid, err)
+	}
+	return nil
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (p *proc) kill() error {
+	if err := p.signal(syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return p.wait(time.Minute)
+}
+
+// stop asks the process to stop (SIGTERM), then kills it after timeout.
+func (p *proc) stop(timeout time.Duration) error {
+	if err := p.signal(syscall.SIGTERM); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		return err
+	}
+	if p.wait(timeout) == nil {
+		return nil
+	}
+	return p.kill()
+}
+
+// wait waits until the process has exited. A process envtest started is
+// reaped by envtest; it is gone when signal 0 no longer reaches it.
+func (p *proc) wait(timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		if p.done != nil {
+			select {
+			case <-p.done:
+				return nil
+			case <-deadline:
+				return fmt.Errorf("%s (pid %d) did not exit in %s", p.name, p.pid, timeout)
+			}
+		}
+		if err := syscall.Kill(p.pid, 0); errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		select {
+		case <-deadline:
+			return fmt.Errorf("%s (pid %d) did not exit in %s", p.name, p.pid, timeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// recorder watches the permit and the ConfigMap and keeps every version.
+// A broken watch (the API server or etcd was killed) is opened again from
+// the last version it delivered; the harness runs kube-apiserver with its
+// watch cache off and compaction off, so etcd can replay everything after
+// any version and no event is skipped. If a watch is ever refused as too
+// old, the history has a hole and the run fails.
+type recorder struct {
+	mu      sync.Mutex
+	permits []Event
+	objects []Event
+	err     error
+	owner   string // the permit's current owner, "" when free
+}
+
+func (r *recorder) run(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, permitName, object string, from uint64) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
+			return c.Watch(ctx, &locksv1alpha1.QueenLockList{}, client.InNamespace(ns),
+				client.MatchingFields{"metadata.name": permitName}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		}, r.permitEvent)
+	}()
+	go func() {
+		defer wg.Done()
+		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
+			return cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{
+				FieldSelector: fields.OneTermEqualSelector("metadata.name", object).String(), ResourceVersion: rv})
+		}, r.objectEvent)
+	}()
+	wg.Wait()
+}
+
+func (r *recorder) follow(ctx context.Context, last uint64, open func(context.Context, string) (watch.Interface, error), add func(watch.EventType, runtime.Object, uint64, int64)) {
+	for ctx.Err() == nil {
+		w, err := open(ctx, strconv.FormatUint(last, 10))
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				if st := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(st) || apierrors.IsGone(st) {
+					r.fail(fmt.Errorf("a watch was refused from version %d (%v): the history has a hole", last, st))
+					w.Stop()
+					return
+				}
+				break
+			}
+			if ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted {
+				continue
+			}
+			m, err := metaOf(ev.Object)
+			if err != nil {
+				r.fail(err)
+				continue
+			}
+			v, err := permit.Token(m.GetResourceVersion())
+			if err != nil {
+				r.fail(err)
+				continue
+			}
+			add(ev.Type, ev.Object, v, time.Now().UnixNano())
+			last = v
+		}
+		w.Stop()
+	}
+}
+
+func metaOf(o runtime.Object) (metav1.Object, error) {
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("a watch delivered %T", o)
+	}
+	return m, nil
+}
+
+func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+	p := o.(*locksv1alpha1.QueenLock)
+	e := Event{Type: string(t), Version: v, Seen: seen, UID: string(p.UID), Owner: p.Spec.Owner}
+	if p.Spec.AcquireTime != nil {
+		e.AcquireTime = p.Spec.AcquireTime.UnixNano()
+	}
+	if p.Spec.RenewTime != nil {
+		e.RenewTime = p.Spec.RenewTime.UnixNano()
+	}
+	if p.Spec.ExpireTime != nil {
+		e.ExpireTime = p.Spec.ExpireTime.UnixNano()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.permits = append(r.permits, e)
+	r.owner = p.Spec.Owner
+	if t == watch.Deleted {
+		r.owner = ""
+	}
+}
+
+func (r *recorder) objectEvent(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+	cm := o.(*corev1.ConfigMap)
+	e := Event{Type: string(t), Version: v, Seen: seen, Writer: cm.Data["writer"]}
+	e.Counter, _ = strconv.ParseInt(cm.Data["counter"], 10, 64)
+	e.Token, _ = strconv.ParseUint(cm.Data["token"], 10, 64)
+	e.Fence, _ = strconv.ParseUint(cm.Annotations[permit.FenceAnnotation], 10, 64)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.objects = append(r.objects, e)
+}
+
+func (r *recorder) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// holder answers the permit's owner as last recorded.
+func (r *recorder) holder() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owner
+}
+
+// seen tells whether both watches have delivered at least these versions.
+func (r *recorder) seen(permitVersion, objectVersion uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := func(evs []Event) uint64 {
+		if len(evs) == 0 {
+			return 0
+		}
+		return evs[len(evs)-1].Version
+	}
+	return last(r.permits) >= permitVersion && last(r.objects) >= objectVersion
+}

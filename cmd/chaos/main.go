@@ -1,0 +1,183 @@
+// Command chaos is make chaos: the fault-injection safety check. It starts a
+// local control plane and the manager as a separate process, runs client
+// processes that contend for one lock and write a guarded ConfigMap, kills
+// and pauses things for -duration, then checks the recorded history and
+// prints what it found. It exits 1 on any violation.
+//
+//	chaos -duration 1m -manager bin/manager
+//
+// "chaos client ..." is one client; the harness starts those itself.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"encoding/json"
+
+	"github.com/queen-locks/queen-locks/chaos"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "client" {
+		if err := client(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos client:", err)
+			os.Exit(2)
+		}
+		return
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	duration := flag.Duration("duration", time.Minute, "How long faults are injected; the run takes longer (start, final settle, check).")
+	clients := flag.Int("clients", 4, "Client processes contending for the lock.")
+	ttl := flag.Int64("ttl", 2, "Lease lifetime the clients ask for, in seconds.")
+	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
+	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
+	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, kept).")
+	faults := flag.String("faults", strings.Join(chaos.Faults, ","), "Faults to inject in turn, comma-separated.")
+	flag.Parse()
+
+	if *seed == 0 {
+		*seed = rand.Uint64()
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "queen-locks-chaos-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		*dir = d
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var kinds []string
+	for _, f := range strings.Split(*faults, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			if !contains(chaos.Faults, f) {
+				fmt.Fprintf(os.Stderr, "chaos: unknown fault %q; the faults are %s\n", f, strings.Join(chaos.Faults, ", "))
+				return 2
+			}
+			kinds = append(kinds, f)
+		}
+	}
+	if *clients < 1 || *ttl < 1 || len(kinds) == 0 {
+		fmt.Fprintln(os.Stderr, "chaos: -clients and -ttl must be at least 1, and -faults name one fault or more")
+		return 2
+	}
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%6.1fs %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	logf("seed %d, %d clients, ttl %ds, faults for %s; logs in %s", *seed, *clients, *ttl, *duration, *dir)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Seed: *seed,
+		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Logf: logf})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 2
+	}
+	print(os.Stdout, res, time.Since(start))
+	if len(res.Report.Violations) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// print writes the figures of a run as markdown.
+func print(w io.Writer, res *chaos.Result, took time.Duration) {
+	r := res.Report
+	fmt.Fprintf(w, "\n| figure | count |\n| --- | ---: |\n")
+	row := func(name string, n int) { fmt.Fprintf(w, "| %s | %d |\n", name, n) }
+	total := 0
+	for _, n := range r.Ops {
+		total += n
+	}
+	row("client operations", total)
+	keys := make([]string, 0, len(r.Ops))
+	for k := range r.Ops {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("  "+k, r.Ops[k])
+	}
+	row("permit versions recorded", r.Permits)
+	row("ConfigMap versions recorded", r.Objects)
+	row("guarded writes stored", r.Accepted)
+	row("  of them in the fencing window", r.Window)
+	row("renewals", r.Renewals)
+	for _, k := range []string{"release", "expiry", "takeover"} {
+		row("handovers by "+k, r.Handovers[k])
+	}
+	for _, f := range chaos.Faults {
+		row("fault: "+f, res.Faults[f])
+	}
+	row("violations", len(r.Violations))
+	fmt.Fprintf(w, "\nlinearizable: %s; run took %s\n", r.Linearized, took.Round(time.Second))
+	for _, v := range r.Violations {
+		fmt.Fprintln(w, "VIOLATION:", v)
+	}
+}
+
+// client is one client process: it runs until its stdin closes, writing
+// each operation as a JSON line on stdout.
+func client(args []string) error {
+	fs := flag.NewFlagSet("chaos client", flag.ContinueOnError)
+	c := &chaos.Client{HTTP: chaos.RouteHTTP()}
+	fs.IntVar(&c.ID, "id", 0, "This client's number.")
+	fs.StringVar(&c.RouteURL, "route", "", "URL of the lock route.")
+	fs.StringVar(&c.Namespace, "namespace", chaos.Namespace, "Namespace of the lock and the ConfigMap.")
+	fs.StringVar(&c.Lock, "lock", chaos.Lock, "The lock.")
+	fs.StringVar(&c.Object, "object", chaos.Object, "The guarded ConfigMap.")
+	fs.Int64Var(&c.TTL, "ttl", 2, "Lease lifetime in seconds.")
+	seed := fs.Uint64("seed", 1, "Seed of the client's random pauses.")
+	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig of the API server.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	kube, err := chaos.ClientKube(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	c.Kube = kube
+	c.Rand = rand.New(rand.NewPCG(*seed, *seed))
+	var mu sync.Mutex
+	enc := json.NewEncoder(os.Stdout)
+	c.Log = func(op chaos.Op) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(op)
+	}
+	stop := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
+	c.Run(context.Background(), stop)
+	return nil
+}

@@ -35,6 +35,7 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "how long each throughput row runs")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
+	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of the 8-client route row here: this process (route, webhooks, clients) and kube-apiserver")
 	flag.Parse()
 	if err := run(*duration, *out, *permits); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -165,9 +166,20 @@ func run(d time.Duration, outPath string, nPermits int) error {
 			{"route (HTTP, JSON)", lockCycle(httpT, fmt.Sprint("r", conc))},
 			{"handle, direct Kubernetes API", lockCycle(kubeT, fmt.Sprint("k", conc))},
 		} {
+			var stop func() error
+			if profileDir != "" && conc == 8 && strings.HasPrefix(p.name, "route") {
+				if stop, err = startProfiles(env.Config, d); err != nil {
+					return err
+				}
+			}
 			r, err := measure(p.name, conc, d, p.c)
 			if err != nil {
 				return err
+			}
+			if stop != nil {
+				if err := stop(); err != nil {
+					return err
+				}
 			}
 			rows = append(rows, r)
 		}

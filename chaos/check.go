@@ -17,6 +17,9 @@ type Report struct {
 	Renewals   int
 	Accepted   int // guarded writes stored
 	Window     int // stored writes whose permit changed between the guard's read and the commit (docs/fencing.md)
+	Resolved   int // lost answers settled from the record (linearizability)
+	Dropped    int // lost answers that left no trace: not applied
+	Open       int // lost answers left open (a release, or an expiry)
 	Linearized string
 	Violations []string
 }
@@ -34,7 +37,14 @@ func Check(h History, timeout time.Duration) Report {
 	r.checkFences(h)
 	r.checkHandovers(h)
 	r.checkAcknowledged(h)
-	switch res, _ := checkLinearizable(h.Ops, timeout); res {
+	ops, resolved, dropped := resolve(h.Ops, h.Permits)
+	r.Resolved, r.Dropped = resolved, dropped
+	for _, op := range ops {
+		if op.Outcome == Unknown {
+			r.Open++
+		}
+	}
+	switch res, _ := checkLinearizable(ops, timeout); res {
 	case porcupine.Ok:
 		r.Linearized = "yes"
 	case porcupine.Illegal:
@@ -62,7 +72,11 @@ func (r *Report) checkOrder(h History) {
 }
 
 // checkFences: the tokens the ConfigMap accepted never go down, and each
-// was the permit's current token when its write was admitted.
+// was the permit's current token, on a lease that had not ended, when its
+// write was admitted.
+//
+// A write sent after its token's lease ended (by the server's stamp) was
+// admitted after it too: the guard must have refused it.
 //
 // Admission happens between the write's call and its commit. When the
 // permit's next version (after the writer's token) committed after the
@@ -99,10 +113,6 @@ func (r *Report) checkFences(h History) {
 			r.violate(fmt.Sprintf("fence: version %d of the ConfigMap was accepted under token %d, which is no version of the permit", w.Version, w.Token))
 			continue
 		}
-		if i+1 == len(h.Permits) || h.Permits[i+1].Version > w.Version {
-			continue // still current at commit
-		}
-		next := h.Permits[i+1]
 		attempts := sent[[2]uint64{w.Token, uint64(w.Counter)}]
 		if len(attempts) == 0 {
 			r.violate(fmt.Sprintf("fence: version %d (token %d, counter %d) matches no write a client sent", w.Version, w.Token, w.Counter))
@@ -112,6 +122,15 @@ func (r *Report) checkFences(h History) {
 		for _, a := range attempts {
 			call = min(call, a.Call)
 		}
+		if end := h.Permits[i].ExpireTime; call >= end {
+			r.violate(fmt.Sprintf("fence: the write of counter %d under token %d was sent at %s, after that lease ended at %s, and was still accepted",
+				w.Counter, w.Token, stamp(call), stamp(end)))
+			continue
+		}
+		if i+1 == len(h.Permits) || h.Permits[i+1].Version > w.Version {
+			continue // still current at commit
+		}
+		next := h.Permits[i+1]
 		if next.Seen < call {
 			r.violate(fmt.Sprintf("fence: the write of counter %d under token %d was sent at %s, after the permit had moved on to version %d (%s, seen %s), and was still accepted",
 				w.Counter, w.Token, stamp(call), next.Version, next.Type, stamp(next.Seen)))

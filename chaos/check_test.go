@@ -80,6 +80,15 @@ func TestWriteUnderReplacedTokenIsFound(t *testing.T) {
 	}
 }
 
+func TestWriteAfterTheLeaseEndedIsFound(t *testing.T) {
+	// b's lease (token 104) ends at 2105 ms; nobody took over, but a write
+	// sent at 2200 ms must not be stored.
+	h := goodHistory()
+	h.Ops[6].Call, h.Ops[6].Return = at(2200), at(2210)
+	h.Objects[2].Seen = at(2208)
+	mustFind(t, Check(h, 10*time.Second), "after that lease ended")
+}
+
 func TestWriteInTheWindowIsCountedNotFlagged(t *testing.T) {
 	// Sent at 85 ms, before the release was seen (88 ms), committed after it.
 	h := goodHistory()
@@ -156,5 +165,41 @@ func TestUnknownOperationsMayOrMayNotApply(t *testing.T) {
 	// Without c's acquire the held answer has no cause.
 	if res, _ := checkLinearizable(append(ops[:5:5], ops[6]), 10*time.Second); res != "Illegal" {
 		t.Fatalf("without c's acquire: %v", res)
+	}
+}
+
+func TestUnknownAcquireDoesNotExcuseAnEarlyTakeover(t *testing.T) {
+	// a's first acquire lost its answer, the second won; b acquiring
+	// before a's lease ends is wrong whatever the first one did.
+	ops := []Op{
+		{Client: 0, Kind: KindAcquire, Owner: "a", TTL: 2, Call: at(0), Return: at(5), Outcome: Unknown},
+		{Client: 0, Kind: KindAcquire, Owner: "a", TTL: 2, Call: at(200), Return: at(210), Outcome: Acquired, NewToken: 100, ExpiresAt: at(2205)},
+		{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(1000), Return: at(1010), Outcome: Acquired, NewToken: 102, ExpiresAt: at(3005)},
+	}
+	if res, _ := checkLinearizable(ops, 10*time.Second); res != "Illegal" {
+		t.Fatalf("result %v", res)
+	}
+	// After a's lease has ended, b may take it.
+	ops[2].Call, ops[2].Return, ops[2].ExpiresAt = at(2300), at(2310), at(4305)
+	if res, _ := checkLinearizable(ops, 10*time.Second); res != "Ok" {
+		t.Fatalf("result %v", res)
+	}
+}
+
+func TestLostAnswersAreSettledFromTheRecord(t *testing.T) {
+	h := goodHistory()
+	// a's acquire lost its answer but created version 100; b's first
+	// acquire lost its answer and left nothing.
+	h.Ops[0].Outcome, h.Ops[0].NewToken, h.Ops[0].ExpiresAt = Unknown, 0, 0
+	h.Ops = append(h.Ops, Op{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(15), Return: at(16), Outcome: Unknown})
+	ops, resolved, dropped := resolve(h.Ops, h.Permits)
+	if resolved != 1 || dropped != 1 || len(ops) != len(h.Ops)-1 {
+		t.Fatalf("resolved %d, dropped %d, %d ops", resolved, dropped, len(ops))
+	}
+	if ops[0].Outcome != Acquired || ops[0].NewToken != 100 || ops[0].ExpiresAt != at(2005) || ops[0].Return != at(8) {
+		t.Fatalf("a's acquire settled as %s", ops[0])
+	}
+	if r := Check(h, 10*time.Second); len(r.Violations) != 0 || r.Linearized != "yes" {
+		t.Fatalf("violations %q, linearized %s", r.Violations, r.Linearized)
 	}
 }

@@ -4,19 +4,27 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 )
 
 // lease is the state of the sequential lease the model holds one lock to.
-// A zero Token or Expire is not known yet: it was set by an operation whose
-// answer was lost, and the next answer that shows it fills it in.
+// A token or expiry set by an operation whose answer was lost is not known
+// exactly; the model keeps a bound instead (a token above Token, an expiry
+// at or after Expire) and the next answer that shows it pins it down.
 type lease struct {
-	Free   bool
-	Owner  string
-	Token  uint64 // on a free lease, the last token handed out
-	Expire int64  // Unix ns, server-stamped
+	Free        bool
+	Owner       string
+	Token       uint64 // exact, or (TokenExact false) the token is above it; on a free lease, the last one handed out
+	TokenExact  bool
+	Expire      int64 // Unix ns, server-stamped; exact, or (ExpireExact false) the lease ends at or after it
+	ExpireExact bool
+}
+
+func exactLease(owner string, token uint64, expire int64) lease {
+	return lease{Owner: owner, Token: token, TokenExact: true, Expire: expire, ExpireExact: true}
 }
 
 // leaseModel is the contract's lock, as a sequential specification: acquire
@@ -27,17 +35,16 @@ type lease struct {
 // stamp (held, lost, released) the call's own times bound it.
 //
 // Operations whose answer was lost (Unknown) may or may not have taken
-// effect, so the model is nondeterministic and porcupine checks every
-// possibility.
+// effect, at any moment after their call, so the model is nondeterministic
+// and porcupine checks every possibility.
 var leaseModel = porcupine.NondeterministicModel{
-	Init: func() []interface{} { return []interface{}{lease{Free: true}} },
+	Init: func() []interface{} { return []interface{}{lease{Free: true, TokenExact: true}} },
 	Step: func(state, input, _ interface{}) []interface{} {
 		return step(state.(lease), input.(Op))
 	},
 	Hash: func(state interface{}) uint64 {
-		s := state.(lease)
 		h := fnv.New64a()
-		fmt.Fprintf(h, "%t|%s|%d|%d", s.Free, s.Owner, s.Token, s.Expire)
+		fmt.Fprintf(h, "%+v", state.(lease))
 		return h.Sum64()
 	},
 	DescribeOperation: func(input, _ interface{}) string { return input.(Op).String() },
@@ -46,7 +53,7 @@ var leaseModel = porcupine.NondeterministicModel{
 		if s.Free {
 			return fmt.Sprintf("free (last token %d)", s.Token)
 		}
-		return fmt.Sprintf("held by %s token %d until %s", s.Owner, s.Token, stamp(s.Expire))
+		return fmt.Sprintf("held by %s token %d (exact %t) until %s (exact %t)", s.Owner, s.Token, s.TokenExact, stamp(s.Expire), s.ExpireExact)
 	},
 }
 
@@ -60,58 +67,61 @@ func step(s lease, op Op) []interface{} {
 		}
 		return nil
 	}
-	known := func(v, want uint64) bool { return v == 0 || v == want }
-	// mayBeExpired: the lease could have ended by time t.
-	mayBeExpired := func(t int64) bool { return s.Expire == 0 || t >= s.Expire }
 	holds := !s.Free && s.Owner == op.Owner
+	tokenIs := func(v uint64) bool { return v == s.Token || (!s.TokenExact && v > s.Token) }
+	expireIs := func(v int64) bool { return v == s.Expire || (!s.ExpireExact && v >= s.Expire) }
+	mayHaveEnded := func(t int64) bool { return t >= s.Expire }                 // possible by t
+	hadEnded := func(t int64) bool { return s.ExpireExact && t >= s.Expire }    // certain by t
+	mayBeLive := func(t int64) bool { return !s.ExpireExact || t < s.Expire }   // possible at t
+	tokenAtMost := func(v uint64) bool { return !s.TokenExact || v <= s.Token } // v is not above the current token
+	unknownAfter := func(expire int64) lease {                                  // a lease this owner got, values not seen
+		return lease{Owner: op.Owner, Token: s.Token, Expire: expire}
+	}
 
 	switch op.Kind + "/" + op.Outcome {
 	case KindAcquire + "/" + Acquired:
 		now := op.ExpiresAt - ttl
-		higher := s.Token == 0 || op.NewToken > s.Token
-		return ok((s.Free || mayBeExpired(now)) && higher,
-			lease{Owner: op.Owner, Token: op.NewToken, Expire: op.ExpiresAt})
+		return ok((s.Free || mayHaveEnded(now)) && op.NewToken > s.Token, exactLease(op.Owner, op.NewToken, op.ExpiresAt))
 	case KindAcquire + "/" + Already:
-		return ok(holds && known(s.Token, op.NewToken) && !mayBeExpiredStrict(s, op.Call),
-			lease{Owner: op.Owner, Token: op.NewToken, Expire: op.ExpiresAt})
+		return ok(holds && tokenIs(op.NewToken) && expireIs(op.ExpiresAt) && !hadEnded(op.Call),
+			exactLease(op.Owner, op.NewToken, op.ExpiresAt))
 	case KindAcquire + "/" + Held:
-		match := !s.Free && s.Owner == op.HolderOwner && known(s.Token, op.HolderToken) &&
-			(s.Expire == 0 || s.Expire == op.HolderExpires) && op.Call < op.HolderExpires
-		return ok(match, lease{Owner: op.HolderOwner, Token: op.HolderToken, Expire: op.HolderExpires})
+		match := !s.Free && s.Owner == op.HolderOwner && tokenIs(op.HolderToken) && expireIs(op.HolderExpires) && op.Call < op.HolderExpires
+		return ok(match, exactLease(op.HolderOwner, op.HolderToken, op.HolderExpires))
 	case KindAcquire + "/" + Contended:
 		return ok(true, s)
 	case KindAcquire + "/" + Unknown:
-		return []interface{}{s, lease{Owner: op.Owner}}
+		// Applied at some now after the call, on a free lease or one that
+		// had ended by then: the new lease ends ttl after that.
+		from := op.Call
+		if !s.Free {
+			from = max(from, s.Expire)
+		}
+		return []interface{}{s, unknownAfter(from + ttl)}
 
 	case KindRenew + "/" + Renewed:
 		now := op.ExpiresAt - ttl
-		valid := holds && (s.Token == 0 || (op.Token <= s.Token && op.NewToken > s.Token)) &&
-			(s.Expire == 0 || now < s.Expire)
-		return ok(valid, lease{Owner: op.Owner, Token: op.NewToken, Expire: op.ExpiresAt})
+		valid := holds && tokenAtMost(op.Token) && op.NewToken > s.Token && mayBeLive(now)
+		return ok(valid, exactLease(op.Owner, op.NewToken, op.ExpiresAt))
 	case KindRenew + "/" + Lost, KindRelease + "/" + Lost:
-		return ok(!holds || (s.Token != 0 && op.Token > s.Token) || mayBeExpired(op.Return), s)
+		return ok(!holds || (s.TokenExact && op.Token > s.Token) || mayHaveEnded(op.Return), s)
 	case KindRenew + "/" + Unknown:
-		if holds {
-			return []interface{}{s, lease{Owner: op.Owner}}
+		if holds && !hadEnded(op.Call) {
+			return []interface{}{s, unknownAfter(op.Call + ttl)}
 		}
 		return []interface{}{s}
 
 	case KindRelease + "/" + Released:
-		valid := holds && (s.Token == 0 || op.Token <= s.Token) && !mayBeExpiredStrict(s, op.Call)
-		return ok(valid, lease{Free: true, Token: s.Token})
+		valid := holds && tokenAtMost(op.Token) && !hadEnded(op.Call)
+		return ok(valid, lease{Free: true, Token: s.Token, TokenExact: s.TokenExact})
 	case KindRelease + "/" + Unknown:
-		if holds {
-			return []interface{}{s, lease{Free: true, Token: s.Token}}
+		if holds && !hadEnded(op.Call) {
+			return []interface{}{s, lease{Free: true, Token: s.Token, TokenExact: s.TokenExact}}
 		}
 		return []interface{}{s}
 	}
 	return nil
 }
-
-// mayBeExpiredStrict: the lease had certainly ended by t (so an answer that
-// needs it live at some moment after t is impossible). An unknown expiry
-// proves nothing.
-func mayBeExpiredStrict(s lease, t int64) bool { return s.Expire != 0 && t >= s.Expire }
 
 // lockOps turns the client history into porcupine's operations: lock
 // operations only, without the ones certainly not applied. An operation whose
@@ -135,4 +145,88 @@ func lockOps(ops []Op) []porcupine.Operation {
 // checkLinearizable runs porcupine over the lock operations.
 func checkLinearizable(ops []Op, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
 	return porcupine.CheckOperationsVerbose(leaseModel.ToModel(), lockOps(ops), timeout)
+}
+
+// resolve settles lock operations whose answer was lost, from the record of
+// what etcd committed, as far as it can. Owners are unique per acquisition,
+// so a permit version of owner o that no acknowledged answer accounts for
+// was made by one of o's unanswered calls:
+//   - an unknown acquire or renew matched to such a version becomes
+//     acquired or renewed with that version's token and expiry, returning
+//     when the watcher saw it; matched to none, it did nothing (or was an
+//     "already") and is dropped;
+//   - an unknown release stays unknown if o's permit was deleted after the
+//     call (by it, or by expiry: no record tells them apart), returning
+//     when the delete was seen; otherwise it did nothing and is dropped.
+//
+// Without this, every lost answer would stay open to the end of the run and
+// the search for an order would grow with each of them.
+func resolve(ops []Op, permits []Event) (out []Op, resolved, dropped int) {
+	type version struct {
+		e    Event
+		kind string
+	}
+	byOwner := map[string][]version{}
+	var live *Event
+	for i, e := range permits {
+		kind := KindRenew
+		switch {
+		case e.Type == "DELETED":
+			kind = KindRelease
+		case e.Type == "ADDED" || live == nil || e.AcquireTime != live.AcquireTime:
+			kind = KindAcquire
+		}
+		byOwner[e.Owner] = append(byOwner[e.Owner], version{e, kind})
+		if e.Type == "DELETED" {
+			live = nil
+		} else {
+			live = &permits[i]
+		}
+	}
+	answered := map[uint64]bool{}
+	releasedBy := map[string]bool{}
+	for _, op := range ops {
+		switch op.Outcome {
+		case Acquired, Renewed:
+			answered[op.NewToken] = true
+		case Released:
+			releasedBy[op.Owner] = true
+		}
+	}
+	sorted := append([]Op(nil), ops...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
+	used := map[uint64]bool{}
+	for _, op := range sorted {
+		if op.Outcome != Unknown || op.Kind == KindWrite {
+			out = append(out, op)
+			continue
+		}
+		var match *version
+		for i := range byOwner[op.Owner] {
+			v := &byOwner[op.Owner][i]
+			free := !used[v.e.Version] && !answered[v.e.Version] && !(v.kind == KindRelease && releasedBy[op.Owner])
+			if v.kind == op.Kind && free && v.e.Seen > op.Call {
+				match = v
+				break
+			}
+		}
+		if match == nil {
+			dropped++
+			continue
+		}
+		used[match.e.Version] = true
+		resolved++
+		op.Return = match.e.Seen
+		switch op.Kind {
+		case KindAcquire:
+			op.Outcome = Acquired
+		case KindRenew:
+			op.Outcome = Renewed
+		}
+		if op.Outcome != Unknown {
+			op.NewToken, op.ExpiresAt = match.e.Version, match.e.ExpireTime
+		}
+		out = append(out, op)
+	}
+	return out, resolved, dropped
 }

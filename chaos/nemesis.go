@@ -29,7 +29,7 @@ type nemesis struct {
 	rand   *rand.Rand
 	faults []string
 	gap    [2]time.Duration // pause between faults, min and max
-	pause  time.Duration    // how long a client stays stopped
+	pause  [2]time.Duration // how long a client stays stopped, min and max
 	counts map[string]int
 	logf   func(string, ...any)
 }
@@ -79,16 +79,27 @@ func (n *nemesis) inject(f string) error {
 		}
 		return c.waitReady()
 	case FaultClient:
-		// Stop the holder, when a client holds the lock: it wakes up past
-		// its lease with a token somebody else may have replaced.
+		// Stop the holder, when a client holds the lock (any client
+		// otherwise), for half its TTL up to TTL + 2 s or until just past
+		// its lease's end: it may wake up within its lease, past it with
+		// nobody in its place yet, or after a new holder has written.
 		p := c.clients[n.rand.IntN(len(c.clients))]
-		if id, ok := clientOf(c.rec.holder()); ok && id < len(c.clients) {
-			p = c.clients[id]
+		length := n.pause[0] + time.Duration(n.rand.Int64N(int64(n.pause[1]-n.pause[0])+1))
+		if owner, expires := c.rec.holder(); owner != "" {
+			if id, ok := clientOf(owner); ok && id < len(c.clients) {
+				p = c.clients[id]
+				// Wake it just after its lease ends, most of the time: the
+				// moments around a takeover are where a stale write can
+				// slip through.
+				if n.rand.IntN(4) != 0 {
+					length = time.Until(time.Unix(0, expires)) + time.Duration(n.rand.IntN(400))*time.Millisecond
+				}
+			}
 		}
 		if err := p.signal(syscall.SIGSTOP); err != nil {
 			return err
 		}
-		time.Sleep(n.pause)
+		time.Sleep(length)
 		return p.signal(syscall.SIGCONT)
 	}
 	return fmt.Errorf("unknown fault %q", f)

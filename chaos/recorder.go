@@ -32,6 +32,7 @@ type recorder struct {
 	objects []Event
 	err     error
 	owner   string // the permit's current owner, "" when free
+	expires int64  // and when its lease ends
 }
 
 func (r *recorder) run(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, permitName, object string, from uint64) {
@@ -116,7 +117,7 @@ func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, se
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.permits = append(r.permits, e)
-	r.owner = p.Spec.Owner
+	r.owner, r.expires = p.Spec.Owner, e.ExpireTime
 	if t == watch.Deleted {
 		r.owner = ""
 	}
@@ -141,11 +142,12 @@ func (r *recorder) fail(err error) {
 	}
 }
 
-// holder answers the permit's owner as last recorded.
-func (r *recorder) holder() string {
+// holder answers the permit's owner and the end of its lease, as last
+// recorded; "" when the permit does not exist.
+func (r *recorder) holder() (string, int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.owner
+	return r.owner, r.expires
 }
 
 // seen tells whether both watches have delivered at least these versions.

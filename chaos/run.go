@@ -112,7 +112,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	n := &nemesis{c: c, rand: rnd, faults: cfg.Faults, gap: [2]time.Duration{2 * time.Second, 5 * time.Second},
-		pause: time.Duration(cfg.TTL)*time.Second + 2*time.Second, counts: map[string]int{}, logf: cfg.Logf}
+		pause:  [2]time.Duration{time.Duration(cfg.TTL) * time.Second / 2, time.Duration(cfg.TTL)*time.Second + 2*time.Second},
+		counts: map[string]int{}, logf: cfg.Logf}
 	nctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	nerr := n.run(nctx)
 	cancel()

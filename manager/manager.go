@@ -70,6 +70,12 @@ type Options struct {
 // New checks the API server's version and builds a manager with every part
 // registered. The caller starts it.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.ExpiryGrace < 0 {
+		// A negative grace deletes permits before their lease ends: the
+		// next acquire would hand the lock over while its holder may still
+		// be working.
+		return nil, fmt.Errorf("--expiry-grace is %s: it must not be negative", o.ExpiryGrace)
+	}
 	if err := CheckServerVersion(cfg); err != nil {
 		return nil, err
 	}

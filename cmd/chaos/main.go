@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -22,8 +23,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"encoding/json"
 
 	"github.com/queen-locks/queen-locks/chaos"
 )
@@ -47,7 +46,12 @@ func run() int {
 	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
 	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, kept).")
 	faults := flag.String("faults", strings.Join(chaos.Faults, ","), "Faults to inject in turn, comma-separated.")
+	recheck := flag.String("check", "", "Check the history.json of an earlier run again, and run nothing.")
 	flag.Parse()
+
+	if *recheck != "" {
+		return checkAgain(*recheck)
+	}
 
 	if *seed == 0 {
 		*seed = rand.Uint64()
@@ -99,6 +103,27 @@ func run() int {
 	return 0
 }
 
+// checkAgain runs the checks over a saved history.
+func checkAgain(path string) int {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 2
+	}
+	var h chaos.History
+	if err := json.Unmarshal(raw, &h); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: %s: %v\n", path, err)
+		return 2
+	}
+	start := time.Now()
+	res := &chaos.Result{History: h, Report: chaos.Check(h, 5*time.Minute)}
+	print(os.Stdout, res, time.Since(start))
+	if len(res.Report.Violations) > 0 {
+		return 1
+	}
+	return 0
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -137,6 +162,9 @@ func print(w io.Writer, res *chaos.Result, took time.Duration) {
 	for _, f := range chaos.Faults {
 		row("fault: "+f, res.Faults[f])
 	}
+	row("lost answers settled from the record", r.Resolved)
+	row("lost answers that left no trace (not applied)", r.Dropped)
+	row("lost answers left open", r.Open)
 	row("violations", len(r.Violations))
 	fmt.Fprintf(w, "\nlinearizable: %s; run took %s\n", r.Linearized, took.Round(time.Second))
 	for _, v := range r.Violations {

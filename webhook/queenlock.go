@@ -5,10 +5,11 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -51,14 +52,42 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 	if obj == nil {
 		return resp
 	}
+	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel]}
 	if err := permit.Stamp(old, obj, h.Clock.Now()); err != nil {
 		return deny(err)
 	}
-	stamped, err := json.Marshal(obj)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+	return admission.Patched("", stampPatch(sent, obj)...)
+}
+
+// sentFields are the parts of a permit that Stamp may change, as the caller
+// sent them.
+type sentFields struct {
+	labels bool // the object had a labels map
+	label  string
+}
+
+// stampPatch is the JSON patch from what the caller sent to what Stamp made
+// of it: the lock label and the three times, nothing else (the times are
+// always written, so they are stored in one format whatever the caller
+// sent). It is written
+// out rather than found by serialising the stamped object and diffing it
+// with the request, which costs a marshal, two parses and a diff on every
+// permit write.
+func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonPatchOperation {
+	var ops []jsonpatch.JsonPatchOperation
+	add := func(path string, v any) {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: path, Value: v})
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, stamped)
+	switch value := obj.Labels[permit.LockLabel]; {
+	case !sent.labels:
+		add("/metadata/labels", obj.Labels)
+	case sent.label != value:
+		add("/metadata/labels/"+strings.ReplaceAll(permit.LockLabel, "/", "~1"), value)
+	}
+	add("/spec/acquireTime", obj.Spec.AcquireTime)
+	add("/spec/renewTime", obj.Spec.RenewTime)
+	add("/spec/expireTime", obj.Spec.ExpireTime)
+	return ops
 }
 
 func (h *QueenLock) decode(req admission.Request) (old, obj *locksv1alpha1.QueenLock, resp admission.Response) {

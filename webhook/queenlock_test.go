@@ -276,3 +276,23 @@ func TestPatchCannotStealAHeldPermit(t *testing.T) {
 		t.Fatalf("patches changed the permit: owner %q rv %s -> %s (%v)", got.Spec.Owner, p.ResourceVersion, got.ResourceVersion, err)
 	}
 }
+
+func TestServerSetsTheLockLabelAndKeepsOthers(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	p := newPermit(ns, "labelled", 0, 1, "a", 30)
+	p.Labels = map[string]string{"team": "x", permit.LockLabel: "forged"}
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	got := &locksv1alpha1.QueenLock{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[permit.LockLabel] != "labelled" || got.Labels["team"] != "x" || len(got.Labels) != 2 {
+		t.Fatalf("labels = %v", got.Labels)
+	}
+	if !got.Spec.AcquireTime.Equal(got.Spec.RenewTime) || got.Spec.ExpireTime.Sub(got.Spec.RenewTime.Time) != 30*time.Second {
+		t.Fatalf("times = %+v", got.Spec)
+	}
+}

@@ -262,23 +262,46 @@ const notes = `
   "already" without handing an owner a second slot, and to list the
   holders), the create passes the mutating webhook (the re-check after it is
   the CRD's CEL rules, inside the API server), and a release reads the permit
-  (to carry an owner's stale token through) before its conditional delete.
-  The route's HTTP and JSON on loopback cost little next to that (the route
-  and direct rows are close).
+  (to carry an owner's stale token through, and to answer lost for an
+  expired lease) before its conditional delete. The route's HTTP and JSON on
+  loopback cost little next to that (the route and direct rows are close).
 - The target set for this benchmark, the route within 25% of the Lease
-  baseline, is not met. What would close more of the gap, not done: a
-  one-call renew and release (a patch or delete conditional on the token,
-  reading only when the token is stale), which needs the holder role to
-  allow patch, and an acquire that creates first and lists only when the
-  create loses, which needs another way to keep an owner from a second slot.
-- Replacing the validating webhook with CEL rules (this run) changed the
-  cycle rows within the noise of the run before it (0.23 to 0.30 then, 0.27
-  to 0.31 now); the renew rows improved (p99 at 2000 held permits 4.4 s then,
-  0.76 s now), but one run each on a shared machine is not enough to credit
-  that to the change. Another cost the baseline does not pay: a custom
-  resource is served as JSON through unstructured conversion, a Lease as
-  protobuf. A CPU profile of the route and webhook under load was not taken
-  yet.
+  baseline, is not met: the route runs at about a third of it.
+
+## Where the time goes
+
+CPU profiles of the 8-client route row (` + "`go run ./bench -profile DIR`" + ` writes
+both; read them with ` + "`go tool pprof -top`" + `), 2026-12-02:
+
+- **kube-apiserver: 1.17 cores** of the machine's 2 (5.84 s of CPU in 5.0 s).
+  It is the bottleneck. Of its time: schema coercion of the custom resource's
+  unstructured JSON 10%, managed-fields tracking 9%, calling the mutating
+  webhook and applying its patch 7%, reads from etcd (the list before an
+  acquire, the read before a release) 6%, feeding the manager's informer
+  watch 6%, CRD validation 4% (of it, the CEL rules 2.6%). A Lease skips
+  the coercion, the webhook, the watch and the validation, and travels as
+  protobuf.
+- **The benchmark process: 0.38 cores** for the route, the webhooks, the
+  manager's informer and the 8 clients together. Decoding API answers from
+  JSON 16%, the informer's watch 8%, the webhook server's per-request logger
+  2%.
+- **Removed after the profile:** the mutating webhook built its answer by
+  marshalling the stamped permit and diffing it with the request
+  (` + "`jsonpatch.CreatePatch`" + `, 3% of the process); it now writes the four patch
+  operations it knows (the lock label and three times). That frees a little
+  CPU for the API server; the cycle rows moved within the noise of one run
+  each (the route at 8 clients: 0.28 of the baseline before, 0.30 after).
+- **What would close more of the gap, not done:** fewer API calls per
+  cycle. A one-call renew and release (a patch or delete conditional on the
+  token, reading only when the token is stale) needs the holder role to allow
+  patch, which the contract does not list, and would answer released for an
+  expired lease; an acquire that creates first and lists only when the
+  create loses needs another way to keep an owner from a second slot of a
+  semaphore. Serving the custom resource as CBOR instead of JSON is a
+  Kubernetes feature gate, not a choice of this project.
+
+## Other rows
+
 - The renew load rows show the latency of renews at a steady rate; the rows
   stop at the first step whose p99 passes one second.
 - Resident memory includes what the earlier rows allocated and the Go

@@ -55,29 +55,11 @@ func (n *nemesis) inject(f string) error {
 	c := n.c
 	switch f {
 	case FaultManager:
-		if err := c.manager.kill(); err != nil {
-			return err
-		}
-		time.Sleep(time.Duration(n.rand.IntN(1500)) * time.Millisecond)
-		return c.startManager()
+		return n.restart(c.manager, c.startManager)
 	case FaultAPIServer:
-		if err := c.apiserver.kill(); err != nil {
-			return err
-		}
-		time.Sleep(time.Duration(n.rand.IntN(1500)) * time.Millisecond)
-		if err := c.apiserver.start(); err != nil {
-			return err
-		}
-		return c.waitReady()
+		return n.restart(c.apiserver, func() error { return c.startReady(c.apiserver) })
 	case FaultEtcd:
-		if err := c.etcd.kill(); err != nil {
-			return err
-		}
-		time.Sleep(time.Duration(n.rand.IntN(1500)) * time.Millisecond)
-		if err := c.etcd.start(); err != nil {
-			return err
-		}
-		return c.waitReady()
+		return n.restart(c.etcd, func() error { return c.startReady(c.etcd) })
 	case FaultClient:
 		// Stop the holder, when a client holds the lock (any client
 		// otherwise), for half its TTL up to TTL + 2 s or until just past
@@ -103,6 +85,15 @@ func (n *nemesis) inject(f string) error {
 		return p.signal(syscall.SIGCONT)
 	}
 	return fmt.Errorf("unknown fault %q", f)
+}
+
+// restart kills p, waits up to 1.5 s, and brings it back with start.
+func (n *nemesis) restart(p *proc, start func() error) error {
+	if err := p.kill(); err != nil {
+		return err
+	}
+	time.Sleep(time.Duration(n.rand.IntN(1500)) * time.Millisecond)
+	return start()
 }
 
 // clientOf reads the client's number from an owner "c<client>.<cycle>".

@@ -224,6 +224,15 @@ func (c *cluster) startManager() error {
 	return nil
 }
 
+// startReady starts etcd or kube-apiserver again and waits until the API
+// server is ready.
+func (c *cluster) startReady(p *proc) error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	return c.waitReady()
+}
+
 // waitReady waits until kube-apiserver answers /readyz (which covers etcd).
 func (c *cluster) waitReady() error {
 	deadline := time.Now().Add(2 * time.Minute)

@@ -44,7 +44,7 @@ func run() int {
 	ttl := flag.Int64("ttl", 2, "Lease lifetime the clients ask for, in seconds.")
 	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
 	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
-	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, kept).")
+	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, removed when the run passes).")
 	faults := flag.String("faults", strings.Join(chaos.Faults, ","), "Faults to inject in turn, comma-separated.")
 	recheck := flag.String("check", "", "Check the history.json of an earlier run again, and run nothing.")
 	flag.Parse()
@@ -55,14 +55,6 @@ func run() int {
 
 	if *seed == 0 {
 		*seed = rand.Uint64()
-	}
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "queen-locks-chaos-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-		*dir = d
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -79,9 +71,18 @@ func run() int {
 			kinds = append(kinds, f)
 		}
 	}
-	if *clients < 1 || *ttl < 1 || len(kinds) == 0 {
-		fmt.Fprintln(os.Stderr, "chaos: -clients and -ttl must be at least 1, and -faults name one fault or more")
+	if *clients < 1 || *ttl < 1 || len(kinds) == 0 || *duration <= 0 {
+		fmt.Fprintln(os.Stderr, "chaos: -clients and -ttl must be at least 1, -duration above 0, and -faults name one fault or more")
 		return 2
+	}
+	made := *dir == ""
+	if made {
+		d, err := os.MkdirTemp("", "queen-locks-chaos-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		*dir = d
 	}
 	start := time.Now()
 	logf := func(format string, args ...any) {
@@ -93,12 +94,18 @@ func run() int {
 	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Seed: *seed,
 		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Logf: logf})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
+		fmt.Fprintf(os.Stderr, "chaos: %v\nevery process's log is in %s\n", err, *dir)
 		return 2
 	}
 	print(os.Stdout, res, time.Since(start))
 	if len(res.Report.Violations) > 0 {
+		fmt.Fprintf(os.Stderr, "the history and every process's log are in %s\n", *dir)
 		return 1
+	}
+	if made {
+		// A passing run's logs are of no further use; a failing run's are
+		// kept, as is a directory the caller named.
+		_ = os.RemoveAll(*dir)
 	}
 	return 0
 }

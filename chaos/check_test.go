@@ -203,3 +203,26 @@ func TestLostAnswersAreSettledFromTheRecord(t *testing.T) {
 		t.Fatalf("violations %q, linearized %s", r.Violations, r.Linearized)
 	}
 }
+
+func TestAnUnknownReleaseIsBoundedByTheDelete(t *testing.T) {
+	h := goodHistory()
+	// a's release lost its answer; the permit's delete was seen at 88 ms,
+	// so whatever the release did, it did by then.
+	h.Ops[4].Outcome = Unknown
+	ops, _, _ := resolve(h.Ops, h.Permits)
+	var found bool
+	for _, op := range lockOps(ops) {
+		if in := op.Input.(Op); in.Kind == KindRelease {
+			found = true
+			if op.Return != at(88) {
+				t.Fatalf("the release returns at %s, want the delete's %s", stamp(op.Return), stamp(at(88)))
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the unknown release was dropped")
+	}
+	if r := Check(h, 10*time.Second); len(r.Violations) != 0 || r.Open != 1 {
+		t.Fatalf("violations %q, open %d", r.Violations, r.Open)
+	}
+}

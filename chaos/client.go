@@ -1,14 +1,10 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,21 +14,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/queen-locks/queen-locks/handle"
+	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
-	"github.com/queen-locks/queen-locks/wire"
 )
 
 // Client is one contender: it loops acquire, guarded write, renew, guarded
 // write, release, and logs every call as an Op.
 type Client struct {
 	ID        int
-	RouteURL  string
+	Route     handle.Transport // the route, namespace set
 	Namespace string
 	Lock      string
 	Object    string // the guarded ConfigMap
 	TTL       int64  // seconds
 	Kube      kubernetes.Interface
-	HTTP      *http.Client
 	Rand      *rand.Rand
 	Log       func(Op)
 
@@ -51,7 +47,7 @@ func (c *Client) Run(ctx context.Context, stop <-chan struct{}) {
 	}
 	for !stopped() {
 		c.cycle++
-		owner := fmt.Sprintf("c%d.%d", c.ID, c.cycle)
+		owner := ownerName(c.ID, c.cycle)
 		token, ok := c.acquire(ctx, owner, stop)
 		if !ok {
 			c.pause(50, 250)
@@ -101,106 +97,76 @@ func (c *Client) pause(minMS, maxMS int) {
 // call makes one lock operation through the route and logs it.
 func (c *Client) call(ctx context.Context, op Op) Op {
 	op.Client = c.ID
-	w := map[string]any{"op": op.Kind, "name": c.Lock, "owner": op.Owner}
-	if op.Kind == KindAcquire || op.Kind == KindRenew {
-		w["ttlSeconds"] = op.TTL
-	}
-	if op.Kind != KindAcquire {
-		w["slot"], w["token"] = 0, op.Token
-	}
-	body, _ := json.Marshal(map[string]any{"namespace": c.Namespace, "operations": []any{w}})
 	op.Call = time.Now().UnixNano()
-	res, err := c.post(ctx, body)
+	err := c.send(ctx, &op)
 	op.Return = time.Now().UnixNano()
+	var refused *handle.CallError
 	switch {
-	case errors.As(err, new(*refusedCall)):
-		op.Outcome, op.Error = Failed, err.Error()
-		op.BadCall = true
+	case errors.As(err, &refused) && refused.Code >= 400 && refused.Code < 500:
+		// The route refused the call whole: nothing was applied, and the
+		// harness sent something wrong.
+		op.Outcome, op.Error, op.BadCall = Failed, err.Error(), true
 	case errors.Is(err, syscall.ECONNREFUSED):
 		op.Outcome, op.Error = Failed, err.Error() // the manager is down: nothing was sent
 	case err != nil:
 		op.Outcome, op.Error = Unknown, err.Error()
-	default:
-		fill(&op, res)
 	}
 	c.Log(op)
 	return op
 }
 
-func (c *Client) post(ctx context.Context, body []byte) (wire.Result, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.RouteURL, bytes.NewReader(body))
-	if err != nil {
-		return wire.Result{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return wire.Result{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return wire.Result{}, err
-	}
-	if resp.StatusCode >= 400 && resp.StatusCode < 500 {
-		// The route refused the call whole: nothing was applied, and the
-		// harness sent something wrong.
-		return wire.Result{}, &refusedCall{fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return wire.Result{}, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
-	}
-	var out wire.Response
-	if err := json.Unmarshal(raw, &out); err != nil || len(out.Results) != 1 {
-		return wire.Result{}, fmt.Errorf("unreadable answer %q: %v", raw, err)
-	}
-	return out.Results[0], nil
-}
-
-// refusedCall is a 4xx answer of the route.
-type refusedCall struct{ msg string }
-
-func (e *refusedCall) Error() string { return e.msg }
-
-// fill records the route's answer in op.
-func fill(op *Op, r wire.Result) {
-	if r.Token != nil {
-		op.NewToken = *r.Token
-	}
-	op.ExpiresAt = parseStamp(r.ExpiresAt)
-	switch {
-	case r.Already:
-		op.Outcome = Already
-	case r.Acquired != nil && *r.Acquired:
-		op.Outcome = Acquired
-	case r.Renewed != nil && *r.Renewed:
-		op.Outcome = Renewed
-	case r.Released != nil && *r.Released:
-		op.Outcome = Released
-	case r.Reason == "held":
-		op.Outcome = Held
-		if r.Holders != nil && len(*r.Holders) > 0 {
-			h := (*r.Holders)[0]
-			op.HolderOwner, op.HolderToken, op.HolderExpires = h.Owner, h.Token, parseStamp(h.ExpiresAt)
+// send makes op's call through the handle's route transport, the one
+// programs use, and records the answer in op.
+func (c *Client) send(ctx context.Context, op *Op) error {
+	switch op.Kind {
+	case KindAcquire:
+		a, err := c.Route.Acquire(ctx, c.Lock, op.Owner, op.TTL, 1)
+		switch {
+		case err != nil:
+			return err
+		case a.Already:
+			op.Outcome = Already
+		case a.Acquired:
+			op.Outcome = Acquired
+		case a.Reason == locks.ReasonHeld:
+			op.Outcome = Held
+			if len(a.Holders) > 0 {
+				h := a.Holders[0]
+				op.HolderOwner, op.HolderToken, op.HolderExpires = h.Owner, h.Token, h.ExpiresAt.UnixNano()
+			}
+		case a.Reason == locks.ReasonContended:
+			op.Outcome = Contended
+		default:
+			return fmt.Errorf("unexpected answer %+v", a)
 		}
-	case r.Reason == "contended":
-		op.Outcome = Contended
-	case r.Reason == "lost":
+		if a.Acquired {
+			op.NewToken, op.ExpiresAt = a.Permit.Token, a.Permit.ExpiresAt.UnixNano()
+		}
+	case KindRenew:
+		r, err := c.Route.Renew(ctx, c.Lock, 0, op.Token, op.Owner, op.TTL)
+		switch {
+		case err != nil:
+			return err
+		case r.Renewed:
+			op.Outcome, op.NewToken, op.ExpiresAt = Renewed, r.Permit.Token, r.Permit.ExpiresAt.UnixNano()
+		case r.Reason == locks.ReasonLost:
+			op.Outcome = Lost
+		default:
+			return fmt.Errorf("unexpected answer %+v", r)
+		}
+	case KindRelease:
+		released, err := c.Route.Release(ctx, c.Lock, 0, op.Token, op.Owner)
+		if err != nil {
+			return err
+		}
 		op.Outcome = Lost
+		if released {
+			op.Outcome = Released
+		}
 	default:
-		op.Outcome, op.Error = Unknown, fmt.Sprintf("unexpected answer %+v", r)
+		return fmt.Errorf("no lock operation %q", op.Kind)
 	}
-}
-
-func parseStamp(s string) int64 {
-	if s == "" {
-		return 0
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return 0
-	}
-	return t.UnixNano()
+	return nil
 }
 
 // write bumps the ConfigMap's counter under the guard of token: read,

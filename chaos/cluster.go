@@ -79,6 +79,9 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 	return err
 }
 
+// routeURL is the manager's lock route.
+func (c *cluster) routeURL() string { return "http://" + c.routeAddr + route.Path }
+
 // startManager starts the manager process and waits until its route and
 // webhook server accept connections.
 func (c *cluster) startManager() error {
@@ -165,7 +168,7 @@ func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*
 			return nil, nil, err
 		}
 		p := &proc{name: fmt.Sprintf("client %d", i), env: os.Environ(), log: errLog, stdin: inR, stdout: outW, args: []string{cfg.Self, "client",
-			"-id", strconv.Itoa(i), "-route", "http://" + c.routeAddr + route.Path, "-namespace", Namespace, "-lock", Lock, "-object", Object,
+			"-id", strconv.Itoa(i), "-route", c.routeURL(), "-namespace", Namespace, "-lock", Lock, "-object", Object,
 			"-ttl", strconv.FormatInt(cfg.TTL, 10), "-seed", strconv.FormatUint(cfg.Seed+uint64(i)+1, 10), "-kubeconfig", c.kubeconfig}}
 		if err := p.start(); err != nil {
 			return nil, nil, err

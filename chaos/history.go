@@ -68,6 +68,10 @@ type Op struct {
 	Version uint64 `json:"version,omitempty"`
 
 	Error string `json:"error,omitempty"`
+	// Until: for an unknown operation that the record bounds (a release
+	// whose owner's permit was later deleted), the latest moment it can
+	// have taken effect. Set by the checks, not by clients.
+	Until int64 `json:"until,omitempty"`
 	// BadCall: the route refused the call as malformed (a harness bug).
 	BadCall bool `json:"badCall,omitempty"`
 }

@@ -126,7 +126,7 @@ func step(s lease, op Op) []interface{} {
 // lockOps turns the client history into porcupine's operations: lock
 // operations only, without the ones certainly not applied. An operation whose
 // answer was lost may take effect any time after its call, so it returns at
-// the end of time.
+// the end of time, or at its Until when the record bounds it.
 func lockOps(ops []Op) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, op := range ops {
@@ -134,7 +134,11 @@ func lockOps(ops []Op) []porcupine.Operation {
 			continue
 		}
 		ret := op.Return
-		if op.Outcome == Unknown {
+		switch {
+		case op.Outcome != Unknown:
+		case op.Until != 0:
+			ret = op.Until
+		default:
 			ret = math.MaxInt64
 		}
 		out = append(out, porcupine.Operation{ClientId: op.Client, Input: op, Output: op, Call: op.Call, Return: ret})
@@ -216,15 +220,16 @@ func resolve(ops []Op, permits []Event) (out []Op, resolved, dropped int) {
 		}
 		used[match.e.Version] = true
 		resolved++
-		op.Return = match.e.Seen
 		switch op.Kind {
 		case KindAcquire:
 			op.Outcome = Acquired
 		case KindRenew:
 			op.Outcome = Renewed
+		case KindRelease:
+			op.Until = match.e.Seen // still unknown: a release or an expiry
 		}
 		if op.Outcome != Unknown {
-			op.NewToken, op.ExpiresAt = match.e.Version, match.e.ExpireTime
+			op.Return, op.NewToken, op.ExpiresAt = match.e.Seen, match.e.Version, match.e.ExpireTime
 		}
 		out = append(out, op)
 	}

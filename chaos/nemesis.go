@@ -96,7 +96,11 @@ func (n *nemesis) restart(p *proc, start func() error) error {
 	return start()
 }
 
-// clientOf reads the client's number from an owner "c<client>.<cycle>".
+// ownerName names the owner of a client's cycle: "c<client>.<cycle>",
+// unique per acquisition, which the checks rely on.
+func ownerName(client, cycle int) string { return fmt.Sprintf("c%d.%d", client, cycle) }
+
+// clientOf reads the client's number from an owner ownerName made.
 func clientOf(owner string) (int, bool) {
 	s, ok := strings.CutPrefix(owner, "c")
 	if !ok {

@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/manager"
 	"github.com/queen-locks/queen-locks/permit"
-	"github.com/queen-locks/queen-locks/route"
 )
 
 // Names inside the run's control plane.
@@ -28,6 +28,9 @@ const (
 	Lock      = "chaos"
 	Object    = "chaos-object"
 )
+
+// CheckTimeout bounds the search for a linearization of a run's history.
+const CheckTimeout = 5 * time.Minute
 
 // Config is one run.
 type Config struct {
@@ -125,7 +128,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
-	return &Result{History: h, Faults: n.counts, Report: Check(h, 5*time.Minute)}, nil
+	return &Result{History: h, Faults: n.counts, Report: Check(h, CheckTimeout)}, nil
 }
 
 // settle acquires the lock one last time, as client number cfg.Clients,
@@ -136,8 +139,8 @@ func (c *cluster) settle(ctx context.Context, cfg Config, logOp func(Op)) error 
 	if err != nil {
 		return err
 	}
-	fc := &Client{ID: cfg.Clients, RouteURL: "http://" + c.routeAddr + route.Path, Namespace: Namespace, Lock: Lock, Object: Object,
-		TTL: 30, Kube: kube, HTTP: RouteHTTP(), Rand: rand.New(rand.NewPCG(1, 2)), Log: logOp}
+	fc := &Client{ID: cfg.Clients, Route: RouteTransport(c.routeURL(), Namespace), Namespace: Namespace, Lock: Lock, Object: Object,
+		TTL: 30, Kube: kube, Rand: rand.New(rand.NewPCG(1, 2)), Log: logOp}
 	deadline := time.Now().Add(2 * time.Minute)
 	var token uint64
 	for {
@@ -182,9 +185,11 @@ func ClientKube(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// RouteHTTP is the clients' HTTP client for the route: no kept-alive
-// connections, so a call to a killed manager fails as refused (certainly
-// not applied) rather than on a dead pooled connection.
-func RouteHTTP() *http.Client {
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+// RouteTransport is the clients' way to the route at url: the handle's
+// HTTP transport, with no kept-alive connections, so that a call to a
+// killed manager fails as refused (certainly not applied) rather than on a
+// dead pooled connection.
+func RouteTransport(url, namespace string) handle.Transport {
+	return handle.HTTP(url, handle.HTTPOptions{Namespace: namespace,
+		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}})
 }

@@ -102,7 +102,7 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 	}
 	return admission.Patched("recorded the fence", jsonpatch.JsonPatchOperation{
 		Operation: "add",
-		Path:      "/metadata/annotations/" + strings.ReplaceAll(permit.FenceAnnotation, "/", "~1"),
+		Path:      pointer("metadata", "annotations", permit.FenceAnnotation),
 		Value:     strconv.FormatUint(guard.Token, 10),
 	})
 }
@@ -169,6 +169,20 @@ func fenceOf(meta metav1.ObjectMeta) (uint64, error) {
 	}
 	return t, nil
 }
+
+// pointer is the JSON pointer (RFC 6901) to the member named by keys, for a
+// patch: "~" and "/" inside a key, as in a label or annotation name, are
+// escaped.
+func pointer(keys ...string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString("/")
+		b.WriteString(pointerEscape.Replace(k))
+	}
+	return b.String()
+}
+
+var pointerEscape = strings.NewReplacer("~", "~0", "/", "~1")
 
 // guardDenied refuses a guarded write with reason kv_precondition, naming
 // the guard's lock when there is one.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -82,7 +81,7 @@ func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonP
 	case !sent.labels:
 		add("/metadata/labels", obj.Labels)
 	case sent.label != value:
-		add("/metadata/labels/"+strings.ReplaceAll(permit.LockLabel, "/", "~1"), value)
+		add(pointer("metadata", "labels", permit.LockLabel), value)
 	}
 	add("/spec/acquireTime", obj.Spec.AcquireTime)
 	add("/spec/renewTime", obj.Spec.RenewTime)

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,7 +65,7 @@ func run() int {
 	var kinds []string
 	for _, f := range strings.Split(*faults, ",") {
 		if f = strings.TrimSpace(f); f != "" {
-			if !contains(chaos.Faults, f) {
+			if !slices.Contains(chaos.Faults, f) {
 				fmt.Fprintf(os.Stderr, "chaos: unknown fault %q; the faults are %s\n", f, strings.Join(chaos.Faults, ", "))
 				return 2
 			}
@@ -97,7 +98,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "chaos: %v\nevery process's log is in %s\n", err, *dir)
 		return 2
 	}
-	print(os.Stdout, res, time.Since(start))
+	printReport(os.Stdout, res, time.Since(start))
 	if len(res.Report.Violations) > 0 {
 		fmt.Fprintf(os.Stderr, "the history and every process's log are in %s\n", *dir)
 		return 1
@@ -123,25 +124,16 @@ func checkAgain(path string) int {
 		return 2
 	}
 	start := time.Now()
-	res := &chaos.Result{History: h, Report: chaos.Check(h, 5*time.Minute)}
-	print(os.Stdout, res, time.Since(start))
+	res := &chaos.Result{History: h, Report: chaos.Check(h, chaos.CheckTimeout)}
+	printReport(os.Stdout, res, time.Since(start))
 	if len(res.Report.Violations) > 0 {
 		return 1
 	}
 	return 0
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// print writes the figures of a run as markdown.
-func print(w io.Writer, res *chaos.Result, took time.Duration) {
+// printReport writes the figures of a run as markdown.
+func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 	r := res.Report
 	fmt.Fprintf(w, "\n| figure | count |\n| --- | ---: |\n")
 	row := func(name string, n int) { fmt.Fprintf(w, "| %s | %d |\n", name, n) }
@@ -183,9 +175,9 @@ func print(w io.Writer, res *chaos.Result, took time.Duration) {
 // each operation as a JSON line on stdout.
 func client(args []string) error {
 	fs := flag.NewFlagSet("chaos client", flag.ContinueOnError)
-	c := &chaos.Client{HTTP: chaos.RouteHTTP()}
+	c := &chaos.Client{}
 	fs.IntVar(&c.ID, "id", 0, "This client's number.")
-	fs.StringVar(&c.RouteURL, "route", "", "URL of the lock route.")
+	routeURL := fs.String("route", "", "URL of the lock route.")
 	fs.StringVar(&c.Namespace, "namespace", chaos.Namespace, "Namespace of the lock and the ConfigMap.")
 	fs.StringVar(&c.Lock, "lock", chaos.Lock, "The lock.")
 	fs.StringVar(&c.Object, "object", chaos.Object, "The guarded ConfigMap.")
@@ -200,6 +192,7 @@ func client(args []string) error {
 		return err
 	}
 	c.Kube = kube
+	c.Route = chaos.RouteTransport(*routeURL, c.Namespace)
 	c.Rand = rand.New(rand.NewPCG(*seed, *seed))
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)

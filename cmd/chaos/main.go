@@ -84,6 +84,9 @@ func run() int {
 			return 2
 		}
 		*dir = d
+	} else if err := os.MkdirAll(*dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 2
 	}
 	start := time.Now()
 	logf := func(format string, args ...any) {

@@ -92,6 +92,8 @@ chaos: tools build ## Fault injection for CHAOS_DURATION (5m): kills and pauses,
 	go build -o $(BIN)/chaos ./cmd/chaos
 	$(BIN)/chaos -duration $(CHAOS_DURATION) -manager $(BIN)/manager $(CHAOS_FLAGS)
 
+include hack/e2e.mk
+
 ##@ Run
 
 .PHONY: dev

@@ -469,6 +469,11 @@ class Handle:
             if not r.get("renewed"):
                 self._lose(lease, LOST_RENEW)
                 return
+            if time.monotonic() >= deadline:
+                # It landed, but we learnt it only after our deadline: by
+                # then we had to assume the lease over, and we keep to that.
+                self._lose(lease, LOST_EXPIRED)
+                return
             token = int(r["token"])
             with self._mu:
                 if not lease.held:

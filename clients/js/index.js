@@ -1,0 +1,652 @@
+// queen-locks for Node: locks and semaphores with fencing tokens, over the
+// queen-locks route. No dependencies; Node 20 or later.
+//
+//   import { queenLocks } from 'queen-locks'
+//   const ql = queenLocks()                      // $QUEEN_LOCKS_URL, the projected token
+//   const lock = ql.lock('daily-report', { ttl: '30s' })
+//   await lock.run(async (signal) => {           // aborted when the lock is lost
+//     await writeReport({ fence: lock.token, signal })
+//   }, { wait: '10s' })
+
+import { request as httpRequest } from 'node:http'
+import { request as httpsRequest } from 'node:https'
+import { readFile, stat } from 'node:fs/promises'
+import { readFileSync } from 'node:fs'
+import { hostname } from 'node:os'
+import { randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+export const ROUTE_PATH = '/api/v1/locks'
+export const DEFAULT_TOKEN_FILE = '/var/run/secrets/queen-locks/token'
+
+/** Why a handle lost its lock, as onLost reports it. */
+export const LOST_RENEW = 'renew' // the server answered that the permit is no longer ours
+export const LOST_GUARD = 'guard' // a check of the handle's token failed
+export const LOST_EXPIRED = 'expired' // the lifetime passed on this machine's clock without a renew getting through
+
+export const MAX_NAME_BYTES = 256
+export const MAX_OWNER_BYTES = 256
+export const MAX_TTL_SECONDS = 31536000
+export const MAX_LIMIT = 1024
+/** The longest wait one acquire call may carry (waitSeconds 0 to 60). */
+export const MAX_WAIT_SECONDS = 60
+
+const CALL_TIMEOUT_MS = 30_000
+const POLL_FIRST_MS = 100
+const POLL_MAX_MS = 1000
+const RELEASE_RETRY_MS = 10_000
+// Answers a proxy or the route gives when the call may or may not have been
+// applied: the same call sent again with the same owner converges.
+const ANSWERLESS = new Set([502, 503, 504])
+
+/** Base of every error the route or a handle raises. */
+export class QueenLocksError extends Error {
+  get name () { return this.constructor.name }
+}
+
+/** The route refused the call (an answer other than 200): nothing of it was applied. */
+export class RouteError extends QueenLocksError {
+  constructor (code, message, { field, index } = {}) {
+    super(`the route answered ${code}: ${message}`)
+    this.code = code
+    this.field = field
+    this.index = index
+  }
+}
+
+/**
+ * The route did not answer (connection error, timeout, 503). The call may or
+ * may not have been applied: the same call again, with the same owner,
+ * converges. Handles keep their owner, so simply try again.
+ */
+export class UnavailableError extends QueenLocksError {
+  constructor (message, { code, cause } = {}) {
+    super(message, { cause })
+    this.code = code
+  }
+}
+
+/** The lock was lost (reason renew, guard or expired), or a release found it no longer ours (lost). */
+export class LockLostError extends QueenLocksError {
+  constructor (lock, reason) {
+    super(`lock ${JSON.stringify(lock)} was lost (${reason})`)
+    this.lock = lock
+    this.reason = reason
+  }
+}
+
+/** The reason of a handle's signal after release. */
+export class LockReleasedError extends QueenLocksError {
+  constructor (lock) {
+    super(`lock ${JSON.stringify(lock)} was released`)
+    this.lock = lock
+  }
+}
+
+/** An owner unique to this process and call: host:pid:random. */
+export function mintOwner () {
+  return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`
+}
+
+/** Throws when name is not a valid lock name (1 to 256 bytes of UTF-8, no control character, no '#'). */
+export function validateName (name) {
+  if (typeof name !== 'string') throw new TypeError(`lock name must be a string, got ${typeof name}`)
+  if (name === '') throw new RangeError('lock name: must not be empty')
+  if (!name.isWellFormed()) throw new RangeError(`lock name ${JSON.stringify(name)}: must be valid UTF-8 (a lone surrogate)`)
+  const size = Buffer.byteLength(name, 'utf8')
+  if (size > MAX_NAME_BYTES) throw new RangeError(`lock name: must be at most ${MAX_NAME_BYTES} bytes, got ${size}`)
+  const hash = name.indexOf('#')
+  if (hash >= 0) throw new RangeError(`lock name ${JSON.stringify(name)}: must not contain '#' (character ${hash})`)
+  const control = name.search(/[\u0000-\u001f\u007f-\u009f]/)
+  if (control >= 0) {
+    const code = name.charCodeAt(control).toString(16).toUpperCase().padStart(4, '0')
+    throw new RangeError(`lock name ${JSON.stringify(name)}: must not contain a control character (U+${code} at character ${control})`)
+  }
+}
+
+const UNITS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
+
+/**
+ * A duration in milliseconds: a number of milliseconds, or a string such as
+ * '500ms', '30s', '2m', '1h' or '1m30s'.
+ */
+export function parseDuration (value, what = 'duration') {
+  let ms
+  if (typeof value === 'number') {
+    ms = value
+  } else if (typeof value === 'string' && /^(\d+(\.\d+)?(ms|s|m|h))+$/.test(value)) {
+    ms = 0
+    for (const [, n, , unit] of value.matchAll(/(\d+(\.\d+)?)(ms|s|m|h)/g)) ms += Number(n) * UNITS[unit]
+  } else {
+    throw new TypeError(`${what} must be milliseconds (a number) or a string like '30s', '2m' or '500ms', got ${JSON.stringify(value)}`)
+  }
+  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`${what} must be a finite duration of 0 or more, got ${JSON.stringify(value)}`)
+  return ms
+}
+
+/** The route's full address: a bare server URL gets /api/v1/locks. */
+export function routeURL (url) {
+  if (!url) throw new TypeError('no route URL: pass { url } or set QUEEN_LOCKS_URL (for example http://localhost:6632)')
+  let u
+  try {
+    u = new URL(url)
+  } catch {
+    throw new TypeError(`route URL ${JSON.stringify(url)}: not a URL`)
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || !u.host) {
+    throw new TypeError(`route URL ${JSON.stringify(url)}: must be http:// or https:// with a host`)
+  }
+  if (u.pathname === '' || u.pathname === '/') u.pathname = ROUTE_PATH
+  return u.toString()
+}
+
+const now = () => performance.now() // monotonic, in milliseconds
+
+// Jitter spreads waiters out, so they do not all ask at once.
+const jitter = (poll, left) => Math.min(poll / 2 + Math.random() * poll, left)
+
+/** A bearer token on disk, read again when the file changes (the kubelet rotates projected tokens). */
+class TokenFile {
+  #path
+  #required
+  #seen = ''
+  #token = null
+
+  constructor (path, required) {
+    this.#path = path
+    this.#required = required
+  }
+
+  async read () {
+    let st
+    try {
+      st = await stat(this.#path)
+    } catch (e) {
+      if (e.code === 'ENOENT' && !this.#required) return null
+      throw new QueenLocksError(`token file ${this.#path}: ${e.message}`, { cause: e })
+    }
+    const seen = `${st.dev}:${st.ino}:${st.mtimeMs}:${st.size}`
+    if (seen !== this.#seen) {
+      try {
+        this.#token = (await readFile(this.#path, 'utf8')).trim() || null
+      } catch (e) {
+        throw new QueenLocksError(`token file ${this.#path}: ${e.message}`, { cause: e })
+      }
+      this.#seen = seen
+    }
+    return this.#token
+  }
+}
+
+/** Calls the route: one operation per call. */
+class Route {
+  #token
+  #ca
+  #request
+  // Until the route refuses waitSeconds, assume it takes it; once it has,
+  // stop sending it and poll instead.
+  takesWait = true
+
+  constructor ({ url, namespace, tokenFile, caFile }) {
+    this.url = routeURL(url)
+    this.namespace = namespace || undefined
+    this.#token = new TokenFile(tokenFile ?? DEFAULT_TOKEN_FILE, tokenFile != null)
+    this.#ca = caFile == null ? undefined : readFileSync(caFile)
+    this.#request = this.url.startsWith('https:') ? httpsRequest : httpRequest
+  }
+
+  async call (op, timeoutMs = CALL_TIMEOUT_MS) {
+    const body = JSON.stringify({ ...(this.namespace && { namespace: this.namespace }), operations: [op] })
+    const headers = { 'content-type': 'application/json', accept: 'application/json', 'content-length': Buffer.byteLength(body) }
+    const token = await this.#token.read()
+    if (token) headers.authorization = `Bearer ${token}`
+    const what = `${op.op} ${JSON.stringify(op.name)}`
+    const { status, raw } = await new Promise((resolve, reject) => {
+      const req = this.#request(this.url, { method: 'POST', headers, ca: this.#ca, agent: false }, (res) => {
+        const chunks = []
+        let size = 0
+        res.on('data', (c) => {
+          size += c.length
+          if (size > 4 << 20) req.destroy(new Error('answer over 4 MiB'))
+          else chunks.push(c)
+        })
+        res.on('end', () => resolve({ status: res.statusCode, raw: Buffer.concat(chunks).toString('utf8') }))
+        res.on('error', (e) => reject(e))
+      })
+      const timer = setTimeout(() => req.destroy(new Error(`no answer within ${Math.round(timeoutMs)} ms`)), Math.max(timeoutMs, 50))
+      timer.unref()
+      req.on('close', () => clearTimeout(timer))
+      req.on('error', (e) => reject(e))
+      req.end(body)
+    }).catch((e) => {
+      throw new UnavailableError(`${what}: no answer from ${this.url}: ${e.message}`, { cause: e })
+    })
+    if (status !== 200) throw refusal(status, raw)
+    let results
+    try {
+      results = JSON.parse(raw).results
+    } catch {
+      throw new QueenLocksError(`the route answered something that is not JSON results: ${raw.slice(0, 200)}`)
+    }
+    if (!Array.isArray(results) || results.length !== 1) throw new QueenLocksError(`the route answered ${results?.length} results to one operation`)
+    return results[0]
+  }
+
+  // Answers [result, how long the route was asked to wait].
+  async acquire (name, owner, ttlSeconds, limit, waitSeconds = 0) {
+    const op = { op: 'acquire', name, ttlSeconds, owner, limit }
+    if (waitSeconds > 0 && this.takesWait) {
+      try {
+        return [await this.call({ ...op, waitSeconds }, CALL_TIMEOUT_MS + waitSeconds * 1000), waitSeconds]
+      } catch (e) {
+        // A route from before waitSeconds refuses the field whole (400,
+        // nothing applied): remember it and ask without.
+        if (!(e instanceof RouteError) || e.code !== 400 || e.field !== 'waitSeconds') throw e
+        this.takesWait = false
+      }
+    }
+    return [await this.call(op), 0]
+  }
+
+  renew (name, slot, token, owner, ttlSeconds, timeoutMs) {
+    return this.call({ op: 'renew', name, slot, token, owner, ttlSeconds }, timeoutMs)
+  }
+
+  release (name, slot, token, owner, timeoutMs) {
+    return this.call({ op: 'release', name, slot, token, owner }, timeoutMs)
+  }
+
+  get (name) { return this.call({ op: 'get', name }) }
+
+  check (name, slot, expect) { return this.call({ op: 'check', name, slot, expect }) }
+}
+
+function refusal (status, raw) {
+  let message = raw.trim()
+  let field, index
+  try {
+    const e = JSON.parse(raw).error
+    if (e && typeof e === 'object') ({ message = message, field, index } = e)
+  } catch {}
+  if (ANSWERLESS.has(status)) return new UnavailableError(`the route answered ${status}: ${message}`, { code: status })
+  return new RouteError(status, message, { field, index })
+}
+
+/**
+ * A client of the route.
+ *
+ * url defaults to $QUEEN_LOCKS_URL (a bare http://host:port gets
+ * /api/v1/locks); tokenFile to $QUEEN_LOCKS_TOKEN_FILE, else the projected
+ * token at /var/run/secrets/queen-locks/token when it exists (read again when
+ * it changes); namespace, when unset, is left to the route (the token's
+ * ServiceAccount namespace); caFile verifies an https route.
+ */
+export function queenLocks ({ url, namespace, tokenFile, caFile } = {}) {
+  return new Client({ url, namespace, tokenFile, caFile })
+}
+
+export class Client {
+  #route
+
+  constructor ({ url, namespace, tokenFile, caFile } = {}) {
+    this.#route = new Route({
+      url: url ?? process.env.QUEEN_LOCKS_URL,
+      namespace,
+      tokenFile: tokenFile ?? (process.env.QUEEN_LOCKS_TOKEN_FILE || undefined),
+      caFile
+    })
+  }
+
+  get url () { return this.#route.url }
+  get namespace () { return this.#route.namespace }
+
+  /** A handle on the lock name: one holder at a time, for ttl, renewed in the background while held. */
+  lock (name, { ttl, owner } = {}) {
+    return new Handle(this.#route, name, 1, ttl, owner)
+  }
+
+  /** A handle on one of n permits of name. */
+  semaphore (name, n, { ttl, owner } = {}) {
+    return new Handle(this.#route, name, n, ttl, owner)
+  }
+
+  /** Who holds name now, as the route lists holders. */
+  async holders (name) {
+    validateName(name)
+    return (await this.#route.get(name)).holders ?? []
+  }
+}
+
+const notAcquired = AbortSignal.abort(new QueenLocksError('not acquired'))
+
+/**
+ * One holder's view of a lock or a semaphore permit. acquire, release and
+ * run are queued one after another on a handle.
+ */
+export class Handle {
+  #route
+  #name
+  #limit
+  #ttlMs
+  #ttlSeconds
+  #owner
+  #lease = null
+  #reason = null
+  #holders = []
+  #onLost = []
+  #onRenew = []
+  #queue = Promise.resolve()
+
+  constructor (route, name, limit, ttl, owner) {
+    validateName(name)
+    if (!Number.isInteger(limit)) throw new TypeError(`semaphore size n must be an integer, got ${JSON.stringify(limit)}`)
+    if (limit < 1 || limit > MAX_LIMIT) throw new RangeError(`semaphore size n must be from 1 to ${MAX_LIMIT}, got ${limit}`)
+    if (ttl === undefined) throw new TypeError("ttl is required, for example { ttl: '30s' }")
+    const ms = parseDuration(ttl, 'ttl')
+    if (ms < 1000 || ms > MAX_TTL_SECONDS * 1000) throw new RangeError(`ttl must be from 1s to ${MAX_TTL_SECONDS}s, got ${JSON.stringify(ttl)}`)
+    if (owner !== undefined && (typeof owner !== 'string' || owner === '' || Buffer.byteLength(owner) > MAX_OWNER_BYTES)) {
+      throw new RangeError(`owner must be a string of 1 to ${MAX_OWNER_BYTES} bytes, got ${JSON.stringify(owner)}`)
+    }
+    this.#route = route
+    this.#name = name
+    this.#limit = limit
+    this.#ttlMs = ms
+    // The server counts whole seconds; our own deadline uses the exact ttl,
+    // which is never later.
+    this.#ttlSeconds = Math.ceil(ms / 1000)
+    this.#owner = owner ?? mintOwner()
+  }
+
+  get name () { return this.#name }
+  get limit () { return this.#limit }
+  /** The lifetime, in milliseconds. */
+  get ttl () { return this.#ttlMs }
+  get owner () { return this.#owner }
+  get held () { return this.#lease?.held ?? false }
+  /** The current fencing token (undefined before the first acquire). Read it when you use it: every renew changes it. */
+  get token () { return this.#lease?.token }
+  /** The permit's slot: always 0 for a lock. */
+  get slot () { return this.#lease?.slot }
+  /** When the server counts the permit expired, by its clock, as of the last answer. */
+  get expiresAt () { return this.#lease?.expiresAt }
+  /** Why the last acquire failed (held, contended) or why the lock was lost (renew, guard, expired). */
+  get reason () { return this.#reason }
+  /** Who held the lock when the last acquire answered held. */
+  get holders () { return [...this.#holders] }
+  /**
+   * Aborted when the lock is lost (reason: a LockLostError) or released (a
+   * LockReleasedError). Before the first acquire it is already aborted; each
+   * acquire makes a new one.
+   */
+  get signal () { return this.#lease?.controller.signal ?? notAcquired }
+
+  /** The guard object of the last acquire or renew answer: the check that fences a write with the current token. */
+  guard () {
+    const g = this.#lease?.guard
+    return g ? { ...g } : undefined
+  }
+
+  /** Calls fn(reason) whenever a held lock is lost; reason is renew, guard or expired. */
+  onLost (fn) {
+    this.#onLost.push(fn)
+    return this
+  }
+
+  /** Calls fn(token) after each renew that got through. */
+  onRenew (fn) {
+    this.#onRenew.push(fn)
+    return this
+  }
+
+  #queued (fn) {
+    const p = this.#queue.then(fn)
+    this.#queue = p.catch(() => {})
+    return p
+  }
+
+  /**
+   * Takes the lock, waiting up to wait ('10s', or milliseconds; none: one
+   * try). Resolves false when somebody else held it for the whole wait
+   * (reason and holders say more). A call that got no answer is retried
+   * within the wait with the same owner; without a wait it rejects with
+   * UnavailableError, and calling acquire again is safe.
+   */
+  acquire ({ wait } = {}) {
+    let waitMs
+    try {
+      waitMs = wait == null ? 0 : parseDuration(wait, 'wait')
+    } catch (e) {
+      return Promise.reject(e)
+    }
+    return this.#queued(async () => {
+      if (this.held) return true
+      const giveUp = now() + waitMs
+      let poll = POLL_FIRST_MS
+      for (;;) {
+        let failure = null
+        let waited = false
+        try {
+          const [won, w] = await this.#try(this.#waitSeconds(giveUp - now()))
+          if (won) return true
+          waited = w
+        } catch (e) {
+          if (!(e instanceof UnavailableError)) throw e
+          failure = e
+        }
+        const left = giveUp - now()
+        if (left <= 0) {
+          if (failure) throw failure
+          return false
+        }
+        if (waited) {
+          // The route waited for us and a slot did not free (or was taken
+          // first): ask again at once.
+          poll = POLL_FIRST_MS
+          continue
+        }
+        await sleep(jitter(poll, left))
+        poll = Math.min(poll * 2, POLL_MAX_MS)
+      }
+    })
+  }
+
+  // How long one acquire call may wait at the route: whole seconds, at most
+  // 60, and at most a third of the lifetime, so the lifetime we count from
+  // when the call was sent still has two thirds left when the answer comes;
+  // 0 means poll.
+  #waitSeconds (leftMs) {
+    if (!this.#route.takesWait) return 0
+    return Math.max(0, Math.min(MAX_WAIT_SECONDS, Math.floor(leftMs / 1000), Math.floor(this.#ttlMs / 3000)))
+  }
+
+  // One acquire call. Answers [won, the route waited the whole time asked].
+  async #try (waitSeconds) {
+    const sent = now()
+    const [r, asked] = await this.#route.acquire(this.#name, this.#owner, this.#ttlSeconds, this.#limit, waitSeconds)
+    if (!r.acquired) {
+      this.#reason = r.reason ?? null
+      this.#holders = r.holders ?? []
+      return [false, asked > 0 && now() - sent >= asked * 1000]
+    }
+    let deadline = sent + this.#ttlMs
+    const expiresAt = r.expiresAt ? new Date(r.expiresAt) : undefined
+    if (r.already && expiresAt) {
+      // We held it before this call (an earlier answer was lost): the
+      // server's expiry, on our clock, bounds our deadline too.
+      deadline = Math.min(deadline, now() + (expiresAt.getTime() - Date.now()))
+    }
+    this.#lease = {
+      slot: r.slot ?? 0,
+      token: r.token,
+      deadline,
+      expiresAt,
+      guard: r.guard,
+      held: true,
+      stopped: false,
+      controller: new AbortController(),
+      renewTimer: null,
+      watchTimer: null,
+      inflight: null
+    }
+    this.#reason = null
+    this.#holders = []
+    this.#schedule(this.#lease)
+    return [true, false]
+  }
+
+  // Renew while two thirds of the lifetime we count are left; give up at the
+  // deadline. Both timers are unref'd: holding a lock does not keep the
+  // process alive.
+  #schedule (lease, renewInMs) {
+    clearTimeout(lease.renewTimer)
+    clearTimeout(lease.watchTimer)
+    const renewAt = renewInMs ?? lease.deadline - (2 * this.#ttlMs) / 3 - now()
+    lease.renewTimer = setTimeout(() => { lease.inflight = this.#renew(lease) }, Math.max(0, renewAt)).unref()
+    lease.watchTimer = setTimeout(() => this.#watch(lease), Math.max(0, lease.deadline - now())).unref()
+  }
+
+  #watch (lease) {
+    if (!lease.held || lease.stopped) return
+    const left = lease.deadline - now()
+    if (left > 0) lease.watchTimer = setTimeout(() => this.#watch(lease), left).unref()
+    else this.#lose(lease, LOST_EXPIRED)
+  }
+
+  async #renew (lease) {
+    if (!lease.held || lease.stopped) return
+    const deadline = lease.deadline
+    const sent = now()
+    let r
+    try {
+      r = await this.#route.renew(this.#name, lease.slot, lease.token, this.#owner, this.#ttlSeconds, deadline - sent)
+    } catch {
+      // No answer, or one we cannot act on (a token being rotated, say):
+      // keep trying, with the same token, until the deadline.
+      if (lease.held && !lease.stopped) {
+        clearTimeout(lease.renewTimer)
+        lease.renewTimer = setTimeout(() => { lease.inflight = this.#renew(lease) }, Math.max(this.#ttlMs / 10, 100)).unref()
+      }
+      return
+    }
+    if (!lease.held) return
+    if (!r.renewed) {
+      this.#lose(lease, LOST_RENEW)
+      return
+    }
+    if (now() >= deadline) {
+      // It landed, but we learnt it only after our deadline: by then we had
+      // to assume the lease over, and we keep to that.
+      this.#lose(lease, LOST_EXPIRED)
+      return
+    }
+    if (r.token >= lease.token) {
+      lease.token = r.token
+      lease.guard = r.guard ?? lease.guard
+      if (r.expiresAt) lease.expiresAt = new Date(r.expiresAt)
+    }
+    lease.deadline = Math.max(lease.deadline, sent + this.#ttlMs)
+    if (!lease.stopped) this.#schedule(lease)
+    for (const fn of this.#onRenew) {
+      try {
+        fn(r.token)
+      } catch (e) {
+        process.emitWarning(`queen-locks onRenew callback of ${JSON.stringify(this.#name)} threw: ${e?.stack ?? e}`)
+      }
+    }
+  }
+
+  #lose (lease, reason) {
+    if (!lease.held) return
+    lease.held = false
+    lease.stopped = true
+    clearTimeout(lease.renewTimer)
+    clearTimeout(lease.watchTimer)
+    this.#reason = reason
+    lease.controller.abort(new LockLostError(this.#name, reason))
+    for (const fn of this.#onLost) {
+      try {
+        fn(reason)
+      } catch (e) {
+        process.emitWarning(`queen-locks onLost callback of ${JSON.stringify(this.#name)} threw: ${e?.stack ?? e}`)
+      }
+    }
+  }
+
+  /**
+   * Stops renewing and releases the permit; a no-op when nothing is held.
+   * Rejects with LockLostError when the server says it was no longer ours,
+   * UnavailableError when the route did not answer for a while (the permit
+   * then ends with its lifetime).
+   */
+  release () {
+    return this.#queued(async () => {
+      const lease = this.#lease
+      if (!lease?.held) return
+      lease.stopped = true
+      clearTimeout(lease.renewTimer)
+      clearTimeout(lease.watchTimer)
+      await lease.inflight // an in-flight renew has landed or failed; its token is recorded
+      if (!lease.held) return // lost while we waited
+      lease.held = false
+      lease.controller.abort(new LockReleasedError(this.#name))
+      const giveUp = Math.min(lease.deadline, now() + RELEASE_RETRY_MS)
+      let poll = POLL_FIRST_MS
+      let unanswered = false
+      let r
+      for (;;) {
+        try {
+          r = await this.#route.release(this.#name, lease.slot, lease.token, this.#owner, Math.max(100, Math.min(CALL_TIMEOUT_MS, giveUp - now())))
+          break
+        } catch (e) {
+          const left = giveUp - now()
+          if (!(e instanceof UnavailableError) || left <= 0) throw e
+          unanswered = true
+          await sleep(jitter(poll, left))
+          poll = Math.min(poll * 2, POLL_MAX_MS)
+        }
+      }
+      // After a release whose answer was lost, "lost" may mean that one landed.
+      if (!r.released && !unanswered) throw new LockLostError(this.#name, r.reason ?? 'lost')
+    })
+  }
+
+  /**
+   * Asks the server whether the handle's token is still the permit's. When
+   * it is not, the lock counts as lost with reason guard. Resolves false
+   * when nothing is held.
+   */
+  async check () {
+    const lease = this.#lease
+    if (!lease?.held) return false
+    const token = lease.token
+    const { ok } = await this.#route.check(this.#name, lease.slot, token)
+    // A renew may have landed between our read of the token and the check:
+    // only a check of the token we hold now counts.
+    if (!ok && lease.token === token) this.#lose(lease, LOST_GUARD)
+    return Boolean(ok)
+  }
+
+  /**
+   * Acquires (waiting up to wait), runs fn(signal) with a signal aborted when
+   * the lock is lost, and releases after, whatever fn did. Resolves false,
+   * without running fn, when the lock could not be had in time; true after fn
+   * resolved; rejects with fn's error after releasing.
+   */
+  async run (fn, { wait } = {}) {
+    if (typeof fn !== 'function') throw new TypeError(`run: fn must be a function, got ${typeof fn}`)
+    if (!(await this.acquire({ wait }))) return false
+    let failed = true
+    try {
+      await fn(this.signal)
+      failed = false
+    } finally {
+      try {
+        await this.release()
+      } catch (e) {
+        // A lost lock was already reported; when fn failed, its error is the one to see.
+        if (!(e instanceof LockLostError) && !failed) throw e
+      }
+    }
+    return true
+  }
+}

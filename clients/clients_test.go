@@ -1,0 +1,288 @@
+// Package clients_test runs the Python and JavaScript handles' own tests
+// (unittest, node --test) against the real route of a local control plane,
+// and checks that the CLI, the Go handle and both handles agree on who
+// holds a lock.
+package clients_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queen-locks/queen-locks/handle"
+	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/wire"
+)
+
+// testEnv is what a language's tests need to find the route, in a fresh
+// namespace with its own route.
+func testEnv(t *testing.T, lang string) (url, ns string, environ []string) {
+	ns = env.Namespace(t, lang)
+	url, _ = env.ServeRoute(t, route.AuthNone, ns)
+	environ = append(os.Environ(),
+		"QUEEN_LOCKS_TEST_URL="+url,
+		"QUEEN_LOCKS_TEST_NAMESPACE="+ns,
+		"QUEEN_LOCKS_TEST_KUBECONFIG="+kubeconfig,
+		"QUEEN_LOCKS_TEST_KUBECTL="+kubectl,
+		// The handles must take the route from their arguments, and no
+		// token from this machine.
+		"QUEEN_LOCKS_URL=",
+		"QUEEN_LOCKS_TOKEN_FILE=",
+		// Keep __pycache__ out of the source tree.
+		"PYTHONDONTWRITEBYTECODE=1",
+	)
+	return url, ns, environ
+}
+
+// runTests runs a language's test runner in the module's root and fails
+// when it fails; its output is always logged.
+func runTests(t *testing.T, lang string, argv ...string) string {
+	t.Helper()
+	_, _, environ := testEnv(t, lang)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir, cmd.Env = root, environ
+	out, err := cmd.CombinedOutput()
+	t.Logf("$ %s\n%s", strings.Join(argv, " "), out)
+	if err != nil {
+		t.Fatalf("%s: %v (its output is above)", strings.Join(argv, " "), err)
+	}
+	return string(out)
+}
+
+func TestPythonHandle(t *testing.T) {
+	out := runTests(t, "python", "python3", "-m", "unittest", "discover", "-s", "clients/python/tests", "-v")
+	// With the route given, nothing may be skipped: a skip would hide a test
+	// that never ran.
+	if m := regexp.MustCompile(`skipped=\d+`).FindString(out); m != "" {
+		t.Fatalf("unittest %s with the route given", m)
+	}
+	if !regexp.MustCompile(`(?m)^Ran [1-9]\d* tests`).MatchString(out) {
+		t.Fatal("unittest ran no tests")
+	}
+}
+
+// The package installs with plain pip and nothing from a package index
+// (the build backend is in-tree, standard library only), and imports from
+// where it was installed.
+func TestPythonPackageInstallsWithPip(t *testing.T) {
+	target := t.TempDir()
+	install := exec.Command("python3", "-m", "pip", "install", "--quiet", "--target", target, "./clients/python")
+	install.Dir = root
+	install.Env = append(os.Environ(), "PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PYTHONDONTWRITEBYTECODE=1")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("pip install ./clients/python: %v: %s", err, out)
+	}
+	check := exec.Command("python3", "-c", "import queen_locks, sys; print(queen_locks.__file__); queen_locks.Client('http://127.0.0.1:1').lock('x', 30)")
+	check.Dir = target
+	check.Env = append(os.Environ(), "PYTHONPATH="+target, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := check.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), target) {
+		t.Fatalf("importing the installed package: %v: %s", err, out)
+	}
+}
+
+func TestJavaScriptHandle(t *testing.T) {
+	out := runTests(t, "js", "node", "--test", "--test-reporter=spec", "clients/js/test/")
+	count := func(what string) int {
+		m := regexp.MustCompile(`(?m)^ℹ ` + what + ` (\d+)$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("node --test printed no %q count", what)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	if n := count("skipped"); n != 0 {
+		t.Fatalf("node --test skipped %d tests with the route given", n)
+	}
+	if count("pass") == 0 {
+		t.Fatal("node --test passed no tests")
+	}
+}
+
+// seen is what one party saw when it tried a lock.
+type seen struct {
+	Acquired bool          `json:"acquired"`
+	Owner    string        `json:"owner"`
+	Token    uint64        `json:"token"`
+	Reason   string        `json:"reason"`
+	Holders  []wire.Holder `json:"holders"`
+}
+
+// party holds locks and tries them in one of the four ways.
+type party struct {
+	name string
+	// hold acquires lock and keeps it until release is called.
+	hold func(t *testing.T, lock string) (got seen, release func())
+	// try acquires lock once, and releases it again if it got it.
+	try func(t *testing.T, lock string) seen
+}
+
+func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
+	url, ns, environ := testEnv(t, "agree")
+	base := strings.TrimSuffix(url, route.Path)
+	ctx := context.Background()
+	goClient := handle.New(handle.HTTP(url, handle.HTTPOptions{Namespace: ns}))
+
+	// A helper script (Python's or Node's) that holds or tries a lock.
+	script := func(argv ...string) party {
+		start := func(t *testing.T, mode, lock string) (*exec.Cmd, io.WriteCloser, seen) {
+			t.Helper()
+			cmd := exec.Command(argv[0], append(argv[1:], mode, lock)...)
+			cmd.Dir = root
+			cmd.Env = append(environ, "QUEEN_LOCKS_URL="+url)
+			cmd.Stderr = &strings.Builder{}
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var s seen
+			line, err := bufio.NewReader(stdout).ReadBytes('\n')
+			if err == nil {
+				err = json.Unmarshal(line, &s)
+			}
+			if err != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("%s %s %s: %v: %q; stderr: %s", strings.Join(argv, " "), mode, lock, err, line, cmd.Stderr)
+			}
+			return cmd, stdin, s
+		}
+		wait := func(t *testing.T, cmd *exec.Cmd) {
+			t.Helper()
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("%s: %v; stderr: %s", strings.Join(cmd.Args, " "), err, cmd.Stderr)
+			}
+		}
+		return party{
+			name: argv[0],
+			hold: func(t *testing.T, lock string) (seen, func()) {
+				cmd, stdin, s := start(t, "hold", lock)
+				return s, func() { _ = stdin.Close(); wait(t, cmd) }
+			},
+			try: func(t *testing.T, lock string) seen {
+				cmd, stdin, s := start(t, "try", lock)
+				_ = stdin.Close()
+				wait(t, cmd)
+				return s
+			},
+		}
+	}
+
+	cli := func(t *testing.T, args ...string) wire.Result {
+		t.Helper()
+		cmd := exec.Command(queenlock, append(args, "--server", base, "-n", ns)...)
+		cmd.Env = environ
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var r wire.Result
+		if jerr := json.Unmarshal(out, &r); jerr != nil {
+			t.Fatalf("queenlock %s: %v, %v: %s %s", strings.Join(args, " "), err, jerr, out, stderr.String())
+		}
+		return r
+	}
+
+	parties := []party{
+		{
+			name: "go",
+			hold: func(t *testing.T, lock string) (seen, func()) {
+				h := goClient.Lock(lock, 30*time.Second)
+				ok, err := h.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return seen{Acquired: ok, Owner: h.Owner(), Token: h.Token()}, func() {
+					if err := h.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			try: func(t *testing.T, lock string) seen {
+				h := goClient.Lock(lock, 30*time.Second)
+				ok, err := h.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := seen{Acquired: ok, Owner: h.Owner(), Reason: h.Reason()}
+				for _, hd := range h.Holders() {
+					s.Holders = append(s.Holders, wire.Holder{Slot: hd.Slot, Owner: hd.Owner, Token: hd.Token})
+				}
+				if ok {
+					_ = h.Release(ctx)
+				}
+				return s
+			},
+		},
+		{
+			name: "queenlock",
+			hold: func(t *testing.T, lock string) (seen, func()) {
+				r := cli(t, "acquire", lock, "--ttl", "30s")
+				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner}
+				if r.Token != nil {
+					s.Token = *r.Token
+				}
+				return s, func() {
+					if r := cli(t, "release", lock, "--token", strconv.FormatUint(s.Token, 10), "--owner", s.Owner); r.Released == nil || !*r.Released {
+						t.Fatalf("queenlock release: %+v", r)
+					}
+				}
+			},
+			try: func(t *testing.T, lock string) seen {
+				r := cli(t, "acquire", lock, "--ttl", "30s")
+				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner, Reason: r.Reason}
+				if r.Holders != nil {
+					s.Holders = *r.Holders
+				}
+				if s.Acquired {
+					cli(t, "release", lock, "--token", strconv.FormatUint(*r.Token, 10), "--owner", r.Owner)
+				}
+				return s
+			},
+		},
+		script("python3", "clients/python/tests/holder.py"),
+		script("node", "clients/js/testing/holder.js"),
+	}
+
+	for _, holder := range parties {
+		t.Run("held by "+holder.name, func(t *testing.T) {
+			lock := "agree-" + strings.TrimSuffix(holder.name, "3")
+			got, release := holder.hold(t, lock)
+			if !got.Acquired || got.Owner == "" || got.Token == 0 {
+				t.Fatalf("%s did not acquire a free lock: %+v", holder.name, got)
+			}
+			for _, other := range parties {
+				if other.name == holder.name {
+					continue
+				}
+				s := other.try(t, lock)
+				if s.Acquired || s.Reason != "held" || len(s.Holders) != 1 ||
+					s.Holders[0].Owner != got.Owner || s.Holders[0].Token != got.Token {
+					t.Errorf("%s saw %+v; %s holds it as %s with token %d", other.name, s, holder.name, got.Owner, got.Token)
+				}
+			}
+			release()
+			after := goClient.Lock(lock, time.Minute)
+			if ok, err := after.Acquire(ctx); err != nil || !ok {
+				t.Fatalf("after %s released, the lock is not free: %v %v", holder.name, ok, err)
+			}
+			_ = after.Release(ctx)
+		})
+	}
+}

@@ -1,5 +1,6 @@
 // Package controllers holds the expiry controller: it deletes each permit
-// once its lifetime has ended, so that a holder that died frees its slot.
+// once its lifetime has ended, so that a holder that died frees its slot,
+// and lets a deleted permit go at once, whatever finalizers it carries.
 package controllers
 
 import (
@@ -24,7 +25,7 @@ import (
 // time and the one that reads it, so an expiry never frees a slot early.
 const DefaultGrace = time.Second
 
-// +kubebuilder:rbac:groups=locks.queen.dev,resources=queenlocks,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=locks.queen.dev,resources=queenlocks,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Expiry deletes expired permits. It reads from the informer cache, which may
@@ -57,7 +58,7 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !p.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.finishDelete(ctx, &p)
 	}
 	now := r.Clock.Now()
 	if p.Spec.ExpireTime != nil {
@@ -83,4 +84,27 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 			p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, permit.FormatTime(p.Spec.ExpireTime.Time))
 	}
 	return ctrl.Result{}, nil
+}
+
+// finishDelete removes every finalizer from a permit that is being deleted.
+// A foreground or orphan delete makes the API server add one, and a user
+// may have added others; until they are gone the permit's name stays
+// taken, and with it the slot, though the permit was released. A permit
+// owns nothing, so there is nothing for them to wait for. The patch is
+// conditional on the version read, so it never races another writer.
+func (r *Expiry) finishDelete(ctx context.Context, p *locksv1alpha1.QueenLock) error {
+	if len(p.Finalizers) == 0 {
+		return nil
+	}
+	before := p.DeepCopy()
+	p.Finalizers = nil
+	err := r.Client.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return nil // gone, or changed: the watch brings the next version
+	case err != nil:
+		return fmt.Errorf("removing the finalizers %v of permit %s/%s being deleted: %w", before.Finalizers, p.Namespace, p.Name, err)
+	}
+	logf.FromContext(ctx).Info("removed the finalizers of a deleted permit", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "finalizers", before.Finalizers)
+	return nil
 }

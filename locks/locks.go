@@ -3,23 +3,31 @@
 // the handles' direct transport both run them, so a lock behaves the same
 // whichever way a caller reaches it.
 //
-// Every decision reads from the API server itself. The client given to New
-// must not be backed by an informer cache: a cache can be behind, and a
-// decision on stale data answers wrongly (held when free, or a second slot to
-// an owner that already holds one).
+// Each operation is one conditional write when it wins: acquire creates the
+// permit, renew patches it and release deletes it, each with the token as
+// the resourceVersion precondition where there is one. Reads happen only
+// after a write loses, to say why (already, held, lost) or to carry a stale
+// token of the same owner through. Those reads go to the API server itself:
+// the client given to New must not be backed by an informer cache, which
+// can be behind, and a decision on stale data answers wrongly.
 package locks
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,10 +40,11 @@ const (
 	ReasonHeld           = permit.ReasonHeld
 	ReasonLost           = permit.ReasonLost
 	ReasonContended      = "contended"
+	ReasonQuota          = "quota"
 	ReasonKVPrecondition = "kv_precondition"
 )
 
-// DefaultTries bounds how many times an operation re-reads and tries again
+// DefaultTries bounds how many times an operation reads and tries again
 // after losing a race, before it answers contended (acquire) or gives up.
 const DefaultTries = 4
 
@@ -74,19 +83,54 @@ type Renewed struct {
 	Reason string
 }
 
-// Client runs lock operations against the API server.
-type Client struct {
-	c     client.Client
-	clock clock.PassiveClock
-	tries int
+// Version is what is known of one version of a permit. A version never
+// changes, so whatever has seen it (an earlier answer, an informer) can
+// tell its owner and expiry; a write conditional on that resourceVersion
+// then proves it is still the current one.
+type Version struct {
+	Owner      string
+	ExpireTime time.Time
 }
 
+// Versions looks up one exact version of a permit by namespace, name and
+// resourceVersion. It answers false when it has not seen that version.
+type Versions interface {
+	Version(ns, name, resourceVersion string) (Version, bool)
+}
+
+// Client runs lock operations against the API server.
+type Client struct {
+	c        client.Client
+	clock    clock.PassiveClock
+	tries    int
+	grace    time.Duration
+	versions Versions
+	answered *memo
+}
+
+// Option adjusts a Client.
+type Option func(*Client)
+
+// WithGrace makes acquire take over a permit only once it expired more than
+// grace ago: the clock skew tolerated between the replicas that stamp and
+// judge expiry. The webhook enforces the same; this only spares a write
+// that would be refused.
+func WithGrace(grace time.Duration) Option { return func(l *Client) { l.grace = grace } }
+
+// WithVersions adds a source of permit versions (the manager's informer)
+// that release consults before it falls back to a read.
+func WithVersions(v Versions) Option { return func(l *Client) { l.versions = v } }
+
 // New returns a Client over c, which must read from the API server (no cache).
-func New(c client.Client, clk clock.PassiveClock) *Client {
+func New(c client.Client, clk clock.PassiveClock, opts ...Option) *Client {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Client{c: c, clock: clk, tries: DefaultTries}
+	l := &Client{c: c, clock: clk, tries: DefaultTries, answered: newMemo(100000)}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
 
 // MintOwner makes an owner for a caller that sent none.
@@ -96,7 +140,260 @@ func MintOwner(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// list reads every permit of lock in ns, by slot.
+// AcquireOption adjusts one acquire.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	pod *locksv1alpha1.PodRef
+}
+
+// HolderPod records the holder's pod on the permit, so that the permit is
+// freed as soon as that pod is gone. An empty name records none.
+func HolderPod(name, uid string) AcquireOption {
+	return func(c *acquireConfig) {
+		if name != "" {
+			c.pod = &locksv1alpha1.PodRef{Name: name, UID: uid}
+		}
+	}
+}
+
+// acquire is one acquire in progress.
+type acquire struct {
+	ns, lock, owner string
+	ttl             int64
+	limit           int
+	acquireConfig
+}
+
+// Acquire takes a free or expired slot of lock, a semaphore of limit, for
+// owner. An owner that already holds a slot gets that slot back with
+// Already: an owner never holds two slots of one lock.
+//
+// A lock (limit 1) costs one create when it is free; only when the name
+// exists does it read that one permit, to answer already or held, or to
+// take an expired permit over. A semaphore first creates the owner's
+// preferred slot (a hash of the owner), then lists the lock's permits to
+// make sure no concurrent acquire of the same owner won another slot
+// first; see settle.
+func (l *Client) Acquire(ctx context.Context, ns, lock, owner string, ttlSeconds int64, limit int, opts ...AcquireOption) (Acquired, error) {
+	a := &acquire{ns: ns, lock: lock, owner: owner, ttl: ttlSeconds, limit: limit}
+	for _, o := range opts {
+		o(&a.acquireConfig)
+	}
+	if limit <= 1 {
+		return l.acquireLock(ctx, a)
+	}
+	return l.acquireSemaphore(ctx, a)
+}
+
+func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) {
+	for try := 0; try < l.tries; try++ {
+		got, reason, err := l.create(ctx, a, 0)
+		if err != nil || got != nil || reason != "" {
+			return l.won(got, reason, err)
+		}
+		p, err := l.get(ctx, a.ns, a.lock, 0)
+		if err != nil {
+			return Acquired{}, err
+		}
+		if p == nil {
+			continue // released or being deleted since the create: try again
+		}
+		now := l.clock.Now()
+		if !permit.Expired(p, now) {
+			h, err := holderOf(p)
+			if err != nil {
+				return Acquired{}, err
+			}
+			if p.Spec.Owner == a.owner {
+				return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
+			}
+			return Acquired{Reason: ReasonHeld, Holders: []Holder{h}}, nil
+		}
+		if !l.takeable(p, now) {
+			h, err := holderOf(p)
+			if err != nil {
+				return Acquired{}, err
+			}
+			return Acquired{Reason: ReasonHeld, Holders: []Holder{h}}, nil
+		}
+		got, err = l.takeOver(ctx, p, a)
+		if err != nil || got != nil {
+			return l.won(got, "", err)
+		}
+	}
+	return Acquired{Reason: ReasonContended}, nil
+}
+
+func (l *Client) won(got *locksv1alpha1.QueenLock, reason string, err error) (Acquired, error) {
+	switch {
+	case err != nil:
+		return Acquired{}, err
+	case reason != "":
+		return Acquired{Reason: reason}, nil
+	}
+	h, err := holderOf(got)
+	if err != nil {
+		return Acquired{}, err
+	}
+	l.remember(got)
+	return Acquired{Acquired: true, Permit: h.permit()}, nil
+}
+
+func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, error) {
+	first := preferredSlot(a.owner, a.limit)
+	got, reason, err := l.create(ctx, a, first)
+	if err != nil || reason != "" {
+		return l.won(nil, reason, err)
+	}
+	if got != nil {
+		return l.settle(ctx, a, got)
+	}
+	for try := 0; try < l.tries; try++ {
+		bySlot, err := l.list(ctx, a.ns, a.lock)
+		if err != nil {
+			return Acquired{}, err
+		}
+		now := l.clock.Now()
+		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
+			h, err := holderOf(mine)
+			if err != nil {
+				return Acquired{}, err
+			}
+			return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
+		}
+		var holders []Holder
+		var free, takeable []int
+		for i := range a.limit {
+			// Start at the preferred slot, so that owners spread out.
+			slot := (first + i) % a.limit
+			p, taken := bySlot[slot]
+			switch {
+			case !taken:
+				free = append(free, slot)
+			case !permit.Expired(p, now):
+				// The larger limit rules: a caller with a smaller limit
+				// shares the low slots and does not see the others.
+				h, err := holderOf(p)
+				if err != nil {
+					return Acquired{}, err
+				}
+				holders = append(holders, h)
+			case l.takeable(p, now):
+				takeable = append(takeable, slot)
+			default:
+				h, err := holderOf(p)
+				if err != nil {
+					return Acquired{}, err
+				}
+				holders = append(holders, h)
+			}
+		}
+		if len(free) == 0 && len(takeable) == 0 {
+			sortHolders(holders)
+			return Acquired{Reason: ReasonHeld, Holders: holders}, nil
+		}
+		for _, slot := range free {
+			got, reason, err := l.create(ctx, a, slot)
+			if err != nil || reason != "" {
+				return l.won(nil, reason, err)
+			}
+			if got != nil {
+				return l.settle(ctx, a, got)
+			}
+		}
+		for _, slot := range takeable {
+			got, err := l.takeOver(ctx, bySlot[slot], a)
+			if err != nil {
+				return Acquired{}, err
+			}
+			if got != nil {
+				return l.settle(ctx, a, got)
+			}
+		}
+	}
+	return Acquired{Reason: ReasonContended}, nil
+}
+
+// settle makes sure the owner of the permit just won holds no other slot:
+// two acquires of one owner (a retry while the first is in flight, or two
+// processes sharing an owner) can each create a different slot. It lists
+// the lock's permits, after the write, and keeps the owner's permit that
+// was acquired first; if that is not got, it deletes got and answers the
+// earlier one as already held. Every acquire of the owner that wins a
+// write settles this way, and a list after a write sees every write before
+// it, so all of them answer the same permit.
+func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.QueenLock) (Acquired, error) {
+	bySlot, err := l.list(ctx, a.ns, a.lock)
+	if err != nil {
+		return Acquired{}, fmt.Errorf("checking that owner %q holds one slot of lock %q: %w", a.owner, a.lock, err)
+	}
+	mine := live(bySlot, a.owner, l.clock.Now())
+	keep := earliest(append(mine, got))
+	if keep.Name == got.Name {
+		return l.won(got, "", nil)
+	}
+	rv := got.ResourceVersion
+	err = l.c.Delete(ctx, got, client.Preconditions{UID: &got.UID, ResourceVersion: &rv})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return Acquired{}, fmt.Errorf("giving back slot %d of lock %q, won twice by owner %q: %w", got.Spec.Slot, a.lock, a.owner, err)
+	}
+	h, err := holderOf(keep)
+	if err != nil {
+		return Acquired{}, err
+	}
+	return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
+}
+
+// live is the owner's permits that have not expired at now.
+func live(bySlot map[int]*locksv1alpha1.QueenLock, owner string, now time.Time) []*locksv1alpha1.QueenLock {
+	var ps []*locksv1alpha1.QueenLock
+	for _, p := range bySlot {
+		if p.Spec.Owner == owner && !permit.Expired(p, now) {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// earliest is the permit that was acquired first. A permit that has been
+// renewed was acquired before any that has not: its owner had its answer
+// and renewed it, so any later acquire of the same owner had seen it when
+// settling. Among permits never renewed, the resourceVersion of the
+// acquiring write orders them as the API server did.
+func earliest(ps []*locksv1alpha1.QueenLock) *locksv1alpha1.QueenLock {
+	var best *locksv1alpha1.QueenLock
+	var bestTok uint64
+	bestRenewed := false
+	for _, p := range ps {
+		tok, _ := permit.Token(p.ResourceVersion)
+		renewed := p.Spec.AcquireTime != nil && p.Spec.RenewTime != nil && !p.Spec.RenewTime.Equal(p.Spec.AcquireTime)
+		switch {
+		case best == nil,
+			renewed && !bestRenewed,
+			renewed == bestRenewed && (tok < bestTok || (tok == bestTok && p.Spec.Slot < best.Spec.Slot)):
+			best, bestTok, bestRenewed = p, tok, renewed
+		}
+	}
+	return best
+}
+
+// preferredSlot spreads owners over a semaphore's slots, so that a
+// semaphore with room usually costs one create and one list.
+func preferredSlot(owner string, limit int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(owner))
+	return int(h.Sum32() % uint32(limit))
+}
+
+// takeable tells whether an expired permit may be taken over at now: it
+// expired more than the grace ago.
+func (l *Client) takeable(p *locksv1alpha1.QueenLock, now time.Time) bool {
+	return permit.Expired(p, now.Add(-l.grace))
+}
+
+// list reads every permit of lock in ns, by slot, leaving out permits that
+// are being deleted.
 func (l *Client) list(ctx context.Context, ns, lock string) (map[int]*locksv1alpha1.QueenLock, error) {
 	var list locksv1alpha1.QueenLockList
 	if err := l.c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
@@ -112,6 +409,7 @@ func (l *Client) list(ctx context.Context, ns, lock string) (map[int]*locksv1alp
 	return bySlot, nil
 }
 
+// get reads one permit; nil when it does not exist or is being deleted.
 func (l *Client) get(ctx context.Context, ns, lock string, slot int) (*locksv1alpha1.QueenLock, error) {
 	p := &locksv1alpha1.QueenLock{}
 	err := l.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name(lock, slot)}, p)
@@ -127,96 +425,39 @@ func (l *Client) get(ctx context.Context, ns, lock string, slot int) (*locksv1al
 	return p, nil
 }
 
-// Acquire takes a free or expired slot of lock, a semaphore of limit, for
-// owner. An owner that already holds a slot gets that slot back with Already.
-func (l *Client) Acquire(ctx context.Context, ns, lock, owner string, ttlSeconds int64, limit int) (Acquired, error) {
-	for try := 0; try < l.tries; try++ {
-		bySlot, err := l.list(ctx, ns, lock)
-		if err != nil {
-			return Acquired{}, err
-		}
-		now := l.clock.Now()
-		var holders []Holder
-		for slot, p := range bySlot {
-			if permit.Expired(p, now) {
-				continue
-			}
-			if p.Spec.Owner == owner {
-				h, err := holderOf(p)
-				if err != nil {
-					return Acquired{}, err
-				}
-				return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
-			}
-			// The larger limit rules: a caller with a smaller limit shares
-			// the low slots and does not see the others.
-			if slot < limit {
-				h, err := holderOf(p)
-				if err != nil {
-					return Acquired{}, err
-				}
-				holders = append(holders, h)
-			}
-		}
-		if len(holders) >= limit {
-			sortHolders(holders)
-			return Acquired{Reason: ReasonHeld, Holders: holders}, nil
-		}
-		for slot := 0; slot < limit; slot++ {
-			p, taken := bySlot[slot]
-			if taken && !permit.Expired(p, now) {
-				continue
-			}
-			var got *locksv1alpha1.QueenLock
-			if taken {
-				got, err = l.takeOver(ctx, p, owner, ttlSeconds, limit)
-			} else {
-				got, err = l.create(ctx, ns, lock, slot, owner, ttlSeconds, limit)
-			}
-			if err != nil {
-				return Acquired{}, err
-			}
-			if got != nil {
-				h, err := holderOf(got)
-				if err != nil {
-					return Acquired{}, err
-				}
-				return Acquired{Acquired: true, Permit: h.permit()}, nil
-			}
-		}
-	}
-	return Acquired{Reason: ReasonContended}, nil
-}
-
-// create acquires a free slot. It answers nil, nil when another caller's
-// create won the name first.
-func (l *Client) create(ctx context.Context, ns, lock string, slot int, owner string, ttl int64, limit int) (*locksv1alpha1.QueenLock, error) {
+// create acquires a free slot. It answers nil with no reason when the name
+// exists (another caller's create won it), and reason quota when the
+// namespace's ResourceQuota for permits is used up.
+func (l *Client) create(ctx context.Context, a *acquire, slot int) (*locksv1alpha1.QueenLock, string, error) {
 	p := &locksv1alpha1.QueenLock{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns,
-			Name:      permit.Name(lock, slot),
-			Labels:    map[string]string{permit.LockLabel: permit.LabelValue(lock)},
+			Namespace: a.ns,
+			Name:      permit.Name(a.lock, slot),
+			Labels:    map[string]string{permit.LockLabel: permit.LabelValue(a.lock)},
 		},
-		Spec: locksv1alpha1.QueenLockSpec{Lock: lock, Slot: int32(slot), Limit: int32(limit), Owner: owner, TTLSeconds: ttl},
+		Spec: locksv1alpha1.QueenLockSpec{Lock: a.lock, Slot: int32(slot), Limit: int32(a.limit), Owner: a.owner, TTLSeconds: a.ttl, HolderPod: a.pod},
 	}
 	err := l.c.Create(ctx, p)
-	if apierrors.IsAlreadyExists(err) || isLostRace(err) {
-		return nil, nil
+	switch {
+	case err == nil:
+		return p, "", nil
+	case apierrors.IsAlreadyExists(err) || isLostRace(err):
+		return nil, "", nil
+	case isQuota(err):
+		return nil, ReasonQuota, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("creating permit %d of lock %q: %w", slot, lock, err)
-	}
-	return p, nil
+	return nil, "", fmt.Errorf("creating permit %d of lock %q: %w", slot, a.lock, err)
 }
 
 // takeOver acquires an expired permit: an update that clears acquireTime,
-// conditional on the resourceVersion that was judged expired. It answers nil,
-// nil when the permit changed first (renewed, taken or released).
-func (l *Client) takeOver(ctx context.Context, old *locksv1alpha1.QueenLock, owner string, ttl int64, limit int) (*locksv1alpha1.QueenLock, error) {
+// conditional on the resourceVersion that was judged expired. It answers nil
+// when the permit changed first (renewed, taken or released).
+func (l *Client) takeOver(ctx context.Context, old *locksv1alpha1.QueenLock, a *acquire) (*locksv1alpha1.QueenLock, error) {
 	p := old.DeepCopy()
-	p.Spec.Owner = owner
-	p.Spec.TTLSeconds = ttl
-	p.Spec.Limit = int32(max(limit, int(p.Spec.Slot)+1))
+	p.Spec.Owner = a.owner
+	p.Spec.TTLSeconds = a.ttl
+	p.Spec.Limit = int32(max(a.limit, int(p.Spec.Slot)+1))
+	p.Spec.HolderPod = a.pod
 	p.Spec.AcquireTime = nil
 	err := l.c.Update(ctx, p)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || isLostRace(err) {
@@ -228,30 +469,37 @@ func (l *Client) takeOver(ctx context.Context, old *locksv1alpha1.QueenLock, own
 	return p, nil
 }
 
-// Renew extends the caller's permit by ttlSeconds (0 keeps its lifetime) and
-// answers the new token. A token that is stale only because the same owner's
-// earlier renew landed is carried through to the current one.
+// Renew extends the caller's permit by ttlSeconds (0 keeps its lifetime)
+// and answers the new token. It is one merge patch conditional on the
+// token; the webhook refuses it when the owner differs or the permit has
+// expired. When the token is stale it reads the permit once: a token that
+// is stale only because the same owner's earlier renew landed is carried
+// through to the current one.
 func (l *Client) Renew(ctx context.Context, ns, lock string, slot int, token uint64, owner string, ttlSeconds int64) (Renewed, error) {
+	name := permit.Name(lock, slot)
+	rv := strconv.FormatUint(token, 10)
 	for try := 0; try < l.tries; try++ {
-		p, err := l.current(ctx, ns, lock, slot, token, owner)
-		if err != nil || p == nil {
-			return Renewed{Reason: ReasonLost}, err
-		}
-		if ttlSeconds > 0 {
-			p.Spec.TTLSeconds = ttlSeconds
-		}
-		err = l.c.Update(ctx, p)
+		p, err := l.patchRenew(ctx, ns, name, rv, owner, ttlSeconds)
 		switch {
 		case err == nil:
+			if p.Spec.Lock != lock { // another lock's permit under a hashed name: cannot be
+				return Renewed{Reason: ReasonLost}, nil
+			}
 			h, err := holderOf(p)
 			if err != nil {
 				return Renewed{}, err
 			}
+			l.remember(p)
 			return Renewed{Renewed: true, Permit: h.permit()}, nil
-		case apierrors.IsConflict(err):
-			continue // written under us: read again, it may still be ours
 		case apierrors.IsNotFound(err) || isLostRace(err):
 			return Renewed{Reason: ReasonLost}, nil
+		case apierrors.IsConflict(err):
+			// Written since the caller's token: read it, it may still be ours.
+			cur, err := l.current(ctx, ns, lock, slot, token, owner)
+			if err != nil || cur == nil {
+				return Renewed{Reason: ReasonLost}, err
+			}
+			rv = cur.ResourceVersion
 		default:
 			return Renewed{}, fmt.Errorf("renewing permit %d of lock %q: %w", slot, lock, err)
 		}
@@ -259,19 +507,63 @@ func (l *Client) Renew(ctx context.Context, ns, lock string, slot int, token uin
 	return Renewed{Reason: ReasonLost}, nil
 }
 
-// Release deletes the caller's permit, conditional on its token and UID.
+// patchRenew writes a renew of version rv: the owner (so that another
+// owner's renew is refused) and the lifetime.
+func (l *Client) patchRenew(ctx context.Context, ns, name, rv, owner string, ttl int64) (*locksv1alpha1.QueenLock, error) {
+	spec := map[string]any{}
+	if owner != "" {
+		spec["owner"] = owner
+	}
+	if ttl > 0 {
+		spec["ttlSeconds"] = ttl
+	}
+	body := map[string]any{"metadata": map[string]any{"resourceVersion": rv}}
+	if len(spec) > 0 {
+		body["spec"] = spec
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	p := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	return p, l.c.Patch(ctx, p, client.RawPatch(types.MergePatchType, raw))
+}
+
+// Release deletes the caller's permit: one delete conditional on the token.
+// It answers false (lost) when the permit was no longer the caller's, and
+// also when its lifetime had ended, though it deletes that version all the
+// same: nobody else holds it, and its slot frees at once. The expiry of
+// the version comes from this client's own answers or the Versions
+// source; when neither has seen it, one read comes first.
 func (l *Client) Release(ctx context.Context, ns, lock string, slot int, token uint64, owner string) (released bool, err error) {
+	name := permit.Name(lock, slot)
+	rv := strconv.FormatUint(token, 10)
 	for try := 0; try < l.tries; try++ {
-		p, err := l.current(ctx, ns, lock, slot, token, owner)
-		if err != nil || p == nil {
-			return false, err
+		v, ok := l.version(ns, name, rv)
+		if !ok {
+			p, err := l.current(ctx, ns, lock, slot, token, owner)
+			if err != nil || p == nil {
+				return false, err
+			}
+			rv, v = p.ResourceVersion, Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time}
+		} else if owner != "" && v.Owner != owner {
+			return false, nil
 		}
-		err = l.c.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+		err := l.c.Delete(ctx, &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+			client.Preconditions{ResourceVersion: &rv})
 		switch {
 		case err == nil:
-			return true, nil
+			l.answered.forget(ns, name)
+			return l.clock.Now().Before(v.ExpireTime), nil
 		case apierrors.IsConflict(err):
-			continue
+			// Written since: read it, a stale token of the same owner is
+			// carried through.
+			p, err := l.current(ctx, ns, lock, slot, token, owner)
+			if err != nil || p == nil {
+				return false, err
+			}
+			l.remember(p)
+			rv = p.ResourceVersion
 		case apierrors.IsNotFound(err):
 			return false, nil
 		default:
@@ -279,6 +571,22 @@ func (l *Client) Release(ctx context.Context, ns, lock string, slot int, token u
 		}
 	}
 	return false, nil
+}
+
+func (l *Client) version(ns, name, rv string) (Version, bool) {
+	if v, ok := l.answered.get(ns, name, rv); ok {
+		return v, true
+	}
+	if l.versions != nil {
+		return l.versions.Version(ns, name, rv)
+	}
+	return Version{}, false
+}
+
+func (l *Client) remember(p *locksv1alpha1.QueenLock) {
+	if p.Spec.ExpireTime != nil {
+		l.answered.put(p.Namespace, p.Name, p.ResourceVersion, Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time})
+	}
 }
 
 // current reads the permit and answers it when the caller still holds it:
@@ -360,6 +668,12 @@ func isLostRace(err error) bool {
 	return false
 }
 
+// isQuota tells whether the ResourceQuota admission refused a create: the
+// namespace may hold no more permits.
+func isQuota(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+}
+
 func holderOf(p *locksv1alpha1.QueenLock) (Holder, error) {
 	tok, err := permit.Token(p.ResourceVersion)
 	if err != nil {
@@ -383,3 +697,23 @@ func (h Holder) permit() Permit {
 }
 
 func sortHolders(hs []Holder) { sort.Slice(hs, func(i, j int) bool { return hs[i].Slot < hs[j].Slot }) }
+
+// CachedVersions is a Versions source over an informer cache, such as the
+// manager's. The cache may be behind or ahead of the caller: it answers only
+// when it holds exactly the version asked for.
+func CachedVersions(r client.Reader) Versions { return cachedVersions{r} }
+
+type cachedVersions struct{ r client.Reader }
+
+func (c cachedVersions) Version(ns, name, rv string) (Version, bool) {
+	// The informer is already synced in a running manager; the timeout only
+	// keeps a release from waiting on a cache that is not.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var p locksv1alpha1.QueenLock
+	if err := c.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil ||
+		p.ResourceVersion != rv || p.Spec.ExpireTime == nil || !p.DeletionTimestamp.IsZero() {
+		return Version{}, false
+	}
+	return Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time}, true
+}

@@ -61,10 +61,21 @@ type Options struct {
 	Auth string
 	// DefaultNamespace is the namespace of calls that name none, with route.AuthNone.
 	DefaultNamespace string
+	// RouteAudiences are the audiences a caller's token may carry, with
+	// route.AuthToken; route.Audience when empty.
+	RouteAudiences []string
+	// RouteTLSCertDir holds tls.crt and tls.key for the route; empty serves
+	// plain HTTP.
+	RouteTLSCertDir string
+	// RouteLimits bound slow and large calls; route.DefaultLimits when zero.
+	RouteLimits route.Limits
 
 	// SkipNameValidation lets a process run more than one manager (tests
 	// that need a second control plane); a real manager runs alone.
 	SkipNameValidation bool
+	// NoExpiry runs no expiry controller, for tests that take expired
+	// permits over by hand and must not race it.
+	NoExpiry bool
 }
 
 // New checks the API server's version and builds a manager with every part
@@ -98,16 +109,18 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	expiry := &controllers.Expiry{
-		Client:   mgr.GetClient(),
-		Clock:    o.Clock,
-		Grace:    o.ExpiryGrace,
-		Recorder: mgr.GetEventRecorder("queen-locks"),
+	if !o.NoExpiry {
+		expiry := &controllers.Expiry{
+			Client:   mgr.GetClient(),
+			Clock:    o.Clock,
+			Grace:    o.ExpiryGrace,
+			Recorder: mgr.GetEventRecorder("queen-locks"),
+		}
+		if err := expiry.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the expiry controller: %w", err)
+		}
 	}
-	if err := expiry.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the expiry controller: %w", err)
-	}
-	(&webhook.QueenLock{Clock: o.Clock}).SetupWithManager(mgr)
+	(&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace}).SetupWithManager(mgr)
 	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
 	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
 		var dup prometheus.AlreadyRegisteredError
@@ -120,6 +133,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			Addr:             o.RouteAddr,
 			Auth:             o.Auth,
 			DefaultNamespace: o.DefaultNamespace,
+			Audiences:        o.RouteAudiences,
+			TLSCertDir:       o.RouteTLSCertDir,
+			Limits:           o.RouteLimits,
 			REST:             cfg,
 			Scheme:           Scheme,
 			Mapper:           mgr.GetRESTMapper(),

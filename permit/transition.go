@@ -87,56 +87,126 @@ func ValidateSpec(p *locksv1alpha1.QueenLock) field.ErrorList {
 	return errs
 }
 
+// Caller is who sends a write, as admission reports it: the pod its
+// credential is bound to, when it is bound to one.
+type Caller struct {
+	PodName string
+	PodUID  string
+}
+
 // Stamp decides whether writing obj over old (nil for a create) is a lock
 // transition at now, and if so stamps the server's times and the lock label
 // on obj. It is what the mutating webhook runs; the CRD's CEL rules check the
 // stamped result once more after every mutating webhook has run.
 //
 //   - create: acquire a free slot.
-//   - update that clears acquireTime: take over a permit that has expired.
+//   - update that clears acquireTime: take over a permit that expired more
+//     than grace ago (grace is the clock skew tolerated between replicas).
 //   - update that keeps acquireTime: renew, by the same owner, before expiry.
+//   - update of a permit being deleted that changes nothing but its
+//     finalizers: the garbage collector finishing a foreground or orphan
+//     delete. It is admitted as it is (stamped is false): a released permit
+//     must not keep its name taken.
 //
 // Anything else would change the token without being a transition, and is
 // refused.
-func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
-	if errs := ValidateSpec(obj); len(errs) > 0 {
-		return invalid(errs)
+func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration, caller Caller) (stamped bool, err error) {
+	if old != nil && old.DeletionTimestamp != nil {
+		return false, finishDelete(old, obj)
 	}
+	if errs := ValidateSpec(obj); len(errs) > 0 {
+		return false, invalid(errs)
+	}
+	if err := checkHolderPod(obj, caller); err != nil {
+		return false, err
+	}
+	if old == nil {
+		if errs := validateCreateMeta(obj); len(errs) > 0 {
+			return false, invalid(errs)
+		}
+		setLockLabel(obj)
+		stamp(obj, now, true)
+		return true, nil
+	}
+	// Labels are compared as sent, before the lock label is set: an edit of
+	// the lock label is refused like any other label edit, not silently
+	// undone and stored as a renew.
+	if err := validateUpdate(old, obj); err != nil {
+		return false, err
+	}
+	setLockLabel(obj)
+	if obj.Spec.AcquireTime == nil {
+		if !Expired(old, now.Add(-grace)) {
+			return false, heldBy(old)
+		}
+		stamp(obj, now, true)
+		return true, nil
+	}
+	if !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime) {
+		return false, invalid(field.ErrorList{field.Invalid(specPath.Child("acquireTime"), obj.Spec.AcquireTime,
+			"must be left as it is to renew, or cleared to take over an expired permit")})
+	}
+	if err := checkRenew(old, obj, now); err != nil {
+		return false, err
+	}
+	stamp(obj, now, false)
+	return true, nil
+}
+
+func setLockLabel(obj *locksv1alpha1.QueenLock) {
 	if obj.Labels == nil {
 		obj.Labels = map[string]string{}
 	}
 	obj.Labels[LockLabel] = LabelValue(obj.Spec.Lock)
-	if old == nil {
-		if errs := validateCreateMeta(obj); len(errs) > 0 {
-			return invalid(errs)
+}
+
+// finishDelete admits a write to a permit that is being deleted only when
+// it changes nothing but finalizers, and only removes them. A renew or
+// takeover of it answers lost: deleting a permit is releasing it.
+func finishDelete(old, obj *locksv1alpha1.QueenLock) error {
+	if !equality.Semantic.DeepEqual(old.Spec, obj.Spec) {
+		return refuse(ReasonLost, field.NewPath("metadata", "deletionTimestamp"),
+			fmt.Sprintf("permit %s of lock %q is being deleted: it was released", old.Name, old.Spec.Lock))
+	}
+	rest, prev := obj.DeepCopy(), old.DeepCopy()
+	rest.Finalizers, prev.Finalizers = nil, nil
+	rest.ResourceVersion, prev.ResourceVersion = "", ""
+	rest.ManagedFields, prev.ManagedFields = nil, nil
+	if !equality.Semantic.DeepEqual(rest.ObjectMeta, prev.ObjectMeta) {
+		return invalid(field.ErrorList{field.Forbidden(field.NewPath("metadata"),
+			"a permit being deleted may only have finalizers removed")})
+	}
+	for _, f := range obj.Finalizers {
+		if !slices.Contains(old.Finalizers, f) {
+			return invalid(field.ErrorList{field.Forbidden(field.NewPath("metadata", "finalizers"),
+				fmt.Sprintf("may not add %q: a permit being deleted may only have finalizers removed", f))})
 		}
-		stamp(obj, now, true)
+	}
+	return nil
+}
+
+// checkHolderPod refuses a holderPod other than the caller's own pod, when
+// the caller's credential is bound to a pod.
+func checkHolderPod(obj *locksv1alpha1.QueenLock, caller Caller) error {
+	hp := obj.Spec.HolderPod
+	if hp == nil || caller.PodName == "" {
 		return nil
 	}
-	if err := validateUpdate(old, obj); err != nil {
-		return err
+	if hp.Name != caller.PodName || (caller.PodUID != "" && hp.UID != caller.PodUID) {
+		return invalid(field.ErrorList{field.Forbidden(specPath.Child("holderPod"),
+			fmt.Sprintf("names pod %s (uid %s), but the request comes from pod %s (uid %s): a pod may only name itself",
+				hp.Name, hp.UID, caller.PodName, caller.PodUID))})
 	}
-	if obj.Spec.AcquireTime == nil {
-		if !Expired(old, now) {
-			return heldBy(old)
-		}
-		stamp(obj, now, true)
-		return nil
-	}
-	if !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime) {
-		return invalid(field.ErrorList{field.Invalid(specPath.Child("acquireTime"), obj.Spec.AcquireTime,
-			"must be left as it is to renew, or cleared to take over an expired permit")})
-	}
-	if err := checkRenew(old, obj, now); err != nil {
-		return err
-	}
-	stamp(obj, now, false)
 	return nil
 }
 
 func checkRenew(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
 	if obj.Spec.Owner != old.Spec.Owner {
 		return heldBy(old)
+	}
+	if !equality.Semantic.DeepEqual(obj.Spec.HolderPod, old.Spec.HolderPod) {
+		return invalid(field.ErrorList{field.Invalid(specPath.Child("holderPod"), obj.Spec.HolderPod,
+			"cannot change on a renew; a takeover replaces it")})
 	}
 	if Expired(old, now) {
 		return refuse(ReasonLost, specPath.Child("expireTime"),

@@ -24,7 +24,7 @@ func lockObj(owner string, ttl int64) *locksv1alpha1.QueenLock {
 // stamped is obj after an admitted create at t.
 func stamped(t *testing.T, obj *locksv1alpha1.QueenLock, at time.Time) *locksv1alpha1.QueenLock {
 	t.Helper()
-	if err := Stamp(nil, obj, at); err != nil {
+	if _, err := Stamp(nil, obj, at, time.Second, Caller{}); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	return obj
@@ -82,7 +82,7 @@ func TestStampTransitions(t *testing.T) {
 			obj := old.DeepCopy()
 			c.edit(obj)
 			at := t0.Add(c.at)
-			err := Stamp(old, obj, at)
+			_, err := Stamp(old, obj, at, 0, Caller{})
 			switch {
 			case c.wantReason == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -125,5 +125,74 @@ func TestValidateSpecNamesTheField(t *testing.T) {
 func TestFormatTime(t *testing.T) {
 	if got := FormatTime(t0.Add(1500 * time.Microsecond)); got != "2026-12-02T10:00:00.001500Z" {
 		t.Fatalf("FormatTime = %q", got)
+	}
+}
+
+func TestStampGraceHolderPodAndDeletion(t *testing.T) {
+	const grace = time.Second
+	held := func() *locksv1alpha1.QueenLock { return stamped(t, lockObj("cron-7", 30), t0) }
+	takeover := func(p *locksv1alpha1.QueenLock) { p.Spec.AcquireTime = nil; p.Spec.Owner = "b" }
+	me := Caller{PodName: "job-x", PodUID: "u1"}
+	cases := []struct {
+		name       string
+		at         time.Duration
+		caller     Caller
+		edit       func(*locksv1alpha1.QueenLock)
+		wantReason string
+	}{
+		{"takeover within the grace", 30*time.Second + grace/2, Caller{}, takeover, ReasonHeld},
+		{"takeover after the grace", 30*time.Second + grace, Caller{}, takeover, ""},
+		{"lock label edited", 10 * time.Second, Caller{}, func(p *locksv1alpha1.QueenLock) { p.Labels[LockLabel] = "other" }, "invalid"},
+		{"lock label removed", 10 * time.Second, Caller{}, func(p *locksv1alpha1.QueenLock) { delete(p.Labels, LockLabel) }, "invalid"},
+		{"holderPod added on renew", 10 * time.Second, Caller{}, func(p *locksv1alpha1.QueenLock) {
+			p.Spec.HolderPod = &locksv1alpha1.PodRef{Name: "job-x", UID: "u1"}
+		}, "invalid"},
+		{"holderPod set on takeover", 31 * time.Second, me, func(p *locksv1alpha1.QueenLock) {
+			takeover(p)
+			p.Spec.HolderPod = &locksv1alpha1.PodRef{Name: "job-x", UID: "u1"}
+		}, ""},
+		{"holderPod of another pod", 31 * time.Second, me, func(p *locksv1alpha1.QueenLock) {
+			takeover(p)
+			p.Spec.HolderPod = &locksv1alpha1.PodRef{Name: "job-y", UID: "u2"}
+		}, "invalid"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			old := held()
+			obj := old.DeepCopy()
+			c.edit(obj)
+			_, err := Stamp(old, obj, t0.Add(c.at), grace, c.caller)
+			switch {
+			case c.wantReason == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.wantReason == "invalid" && (err == nil || reasonOf(err) != ""):
+				t.Fatalf("err = %v, want a field error", err)
+			case c.wantReason != "" && c.wantReason != "invalid" && reasonOf(err) != c.wantReason:
+				t.Fatalf("err = %v, want reason %q", err, c.wantReason)
+			}
+		})
+	}
+
+	// A permit being deleted: finalizers may go, nothing else may change.
+	deleting := func() *locksv1alpha1.QueenLock {
+		p := held()
+		now := metav1.NewTime(t0)
+		p.DeletionTimestamp, p.Finalizers = &now, []string{"foregroundDeletion", "x/y"}
+		return p
+	}
+	obj := deleting()
+	obj.Finalizers = []string{"x/y"}
+	if stamped, err := Stamp(deleting(), obj, t0, grace, Caller{}); err != nil || stamped {
+		t.Fatalf("finalizer removal: stamped %v, %v", stamped, err)
+	}
+	obj = deleting()
+	obj.Finalizers = append(obj.Finalizers, "z/new")
+	if _, err := Stamp(deleting(), obj, t0, grace, Caller{}); err == nil {
+		t.Fatal("a finalizer was added to a permit being deleted")
+	}
+	obj = deleting()
+	obj.Spec.TTLSeconds = 60
+	if _, err := Stamp(deleting(), obj, t0, grace, Caller{}); reasonOf(err) != ReasonLost {
+		t.Fatalf("renew of a permit being deleted: %v, want lost", err)
 	}
 }

@@ -78,7 +78,7 @@ func FuzzHandler(f *testing.F) {
 	}
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(locksv1alpha1.GroupVersion.WithKind("QueenLock"), meta.RESTScopeNamespace)
-	srv, err := New(Config{Auth: AuthNone, DefaultNamespace: "default", REST: &rest.Config{Host: "http://127.0.0.1:1"},
+	srv, err := New(Config{Addr: "127.0.0.1:0", Auth: AuthNone, DefaultNamespace: "default", REST: &rest.Config{Host: "http://127.0.0.1:1"},
 		Scheme: scheme, Mapper: mapper, Log: logr.Discard(), OpTimeout: time.Second})
 	if err != nil {
 		f.Fatal(err)

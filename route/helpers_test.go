@@ -23,6 +23,7 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/route"
 )
 
 // J is a decoded JSON object.
@@ -31,13 +32,29 @@ type J = map[string]any
 // call posts body to url with an optional bearer token and decodes the answer.
 func call(t *testing.T, url, token, body string) (int, J) {
 	t.Helper()
+	var h http.Header
+	if token != "" {
+		h = bearer("Bearer", token)
+	}
+	resp, out := post(t, url, h, body)
+	return resp.StatusCode, out
+}
+
+// bearer is an Authorization header with the given scheme.
+func bearer(scheme, token string) http.Header {
+	return http.Header{"Authorization": {scheme + " " + token}}
+}
+
+// post posts body to url with the given headers and decodes the answer.
+func post(t *testing.T, url string, h http.Header, body string) (*http.Response, J) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -51,7 +68,7 @@ func call(t *testing.T, url, token, body string) (int, J) {
 	if err := dec.Decode(&out); err != nil {
 		t.Fatalf("answer %d is not JSON: %q", resp.StatusCode, raw)
 	}
-	return resp.StatusCode, out
+	return resp, out
 }
 
 // ops calls the dev route in ns with the given operations and answers the
@@ -123,7 +140,8 @@ func applyFile(t *testing.T, path string) {
 }
 
 // serviceAccount makes a ServiceAccount in ns, binds it to the ClusterRole
-// role there (none when role is empty) and answers a token for it.
+// role there (none when role is empty) and answers a token of audience
+// queen-locks for it.
 func serviceAccount(t *testing.T, ns, name, role string) string {
 	t.Helper()
 	ctx := context.Background()
@@ -132,16 +150,36 @@ func serviceAccount(t *testing.T, ns, name, role string) string {
 		t.Fatal(err)
 	}
 	if role != "" {
-		rb := &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-" + role},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
-		}
-		if err := env.Client.Create(ctx, rb); err != nil {
-			t.Fatal(err)
-		}
+		bind(t, ns, name, "ClusterRole", role)
 	}
-	tr, err := env.Clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	return token(t, ns, name, nil, route.Audience)
+}
+
+// bind binds the ServiceAccount ns/name to a Role or ClusterRole in ns,
+// and answers the RoleBinding.
+func bind(t *testing.T, ns, name, kind, role string) *rbacv1.RoleBinding {
+	t.Helper()
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-" + role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: kind, Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}},
+	}
+	if err := env.Client.Create(context.Background(), rb); err != nil {
+		t.Fatal(err)
+	}
+	return rb
+}
+
+// token asks the API server for a token of the ServiceAccount ns/name with
+// the given audiences (none: the API server's own), bound to pod when it is
+// not nil, as the kubelet does for a projected token volume.
+func token(t *testing.T, ns, name string, pod *corev1.Pod, audiences ...string) string {
+	t.Helper()
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}
+	if pod != nil {
+		tr.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := env.Clientset.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name, tr, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

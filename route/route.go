@@ -1,37 +1,51 @@
 // Package route serves the HTTP route POST /api/v1/locks: lock operations
-// for pods in any language, carried out on the API server as the caller.
+// for pods in any language. It verifies each caller's token and rights with
+// the API server, then acts with the manager's own identity.
 package route
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/wire"
 )
 
+// The route writes permits with the manager's identity, for callers it has
+// authorized.
+// +kubebuilder:rbac:groups=locks.queen.dev,resources=queenlocks,verbs=get;list;watch;create;update;delete
+
 // Auth modes.
 const (
-	// AuthToken acts on the API server as the caller, with the bearer token
-	// it sends: Kubernetes RBAC, quotas and audit apply as they are.
+	// AuthToken verifies each caller's ServiceAccount token with a
+	// TokenReview and its rights with SubjectAccessReviews.
 	AuthToken = "token"
-	// AuthNone acts with the manager's own identity. For make dev only.
+	// AuthNone serves every caller, unverified, on a loopback address only.
+	// For make dev only.
 	AuthNone = "none"
 )
 
@@ -49,8 +63,20 @@ type Config struct {
 	Auth string
 	// DefaultNamespace is the namespace of a call that names none, with AuthNone.
 	DefaultNamespace string
-	// REST reaches the API server. With AuthToken only its address and CA are
-	// used; the caller's token replaces its credentials.
+	// Audiences a caller's token must be issued for (one of them), with
+	// AuthToken; [Audience] when empty. Naming the API server's own audience
+	// would let callers send the token that also grants all their rights on
+	// the API server: only do so knowingly.
+	Audiences []string
+	// ReviewTTL is how long TokenReview and SubjectAccessReview answers are
+	// cached: above 0 and at most MaxReviewTTL; DefaultReviewTTL when 0.
+	ReviewTTL time.Duration
+	// TLSCertDir holds tls.crt and tls.key to serve TLS with, re-read when
+	// they change; empty serves plain HTTP.
+	TLSCertDir string
+	// Limits bound slow and large calls; DefaultLimits when zero.
+	Limits Limits
+	// REST reaches the API server with the manager's identity.
 	REST   *rest.Config
 	Scheme *runtime.Scheme
 	Mapper meta.RESTMapper
@@ -62,12 +88,11 @@ type Config struct {
 
 // Server is the route. It is a manager Runnable that every replica runs.
 type Server struct {
-	cfg   Config
-	self  *locks.Client     // AuthNone
-	anon  *rest.Config      // AuthToken: address and CA, no credentials
-	httpc http.RoundTripper // AuthToken: shared TLS transport to the API server
-	ids   *identityCache    // AuthToken
-	ready func(context.Context) error
+	cfg     Config
+	self    *locks.Client // the manager's identity
+	reviews *reviews      // AuthToken
+	adm     *admission
+	certs   *certwatcher.CertWatcher // when serving TLS
 }
 
 // New builds the route.
@@ -81,34 +106,67 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = ":6632"
 	}
-	// No client-side rate limit: every call is a caller's own request, and
-	// the API server's priority and fairness already shares it out. A shared
-	// token bucket here would make one busy caller slow down everyone.
+	if cfg.ReviewTTL == 0 {
+		cfg.ReviewTTL = DefaultReviewTTL
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits()
+	}
+	if err := cfg.Limits.check(cfg.OpTimeout); err != nil {
+		return nil, err
+	}
+	// No client-side rate limit: the concurrency limits above bound what
+	// callers can ask, and the API server's priority and fairness shares
+	// it out. A token bucket here would make one busy caller slow everyone.
 	cfg.REST = rest.CopyConfig(cfg.REST)
 	cfg.REST.QPS, cfg.REST.Burst, cfg.REST.RateLimiter = -1, 0, nil
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, adm: newAdmission(cfg.Limits)}
 	switch cfg.Auth {
 	case AuthNone:
 		if cfg.DefaultNamespace == "" {
-			return nil, fmt.Errorf("--auth=none needs a default namespace")
+			return nil, fmt.Errorf("--auth=none needs a default namespace (--default-namespace)")
 		}
-		c, err := client.New(cfg.REST, client.Options{Scheme: cfg.Scheme, Mapper: cfg.Mapper})
-		if err != nil {
-			return nil, fmt.Errorf("creating the route's client: %w", err)
+		if err := loopbackOnly(cfg.Addr); err != nil {
+			return nil, err
 		}
-		s.self = locks.New(c, cfg.Clock)
 	case AuthToken:
-		s.anon = rest.AnonymousClientConfig(cfg.REST)
-		rt, err := rest.TransportFor(s.anon)
+		cs, err := kubernetes.NewForConfig(cfg.REST)
 		if err != nil {
-			return nil, fmt.Errorf("creating the route's transport: %w", err)
+			return nil, fmt.Errorf("creating the route's review client: %w", err)
 		}
-		s.httpc = rt
-		s.ids = newIdentityCache()
+		if s.reviews, err = newReviews(cs, cfg.Audiences, cfg.ReviewTTL, cfg.OpTimeout); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, fmt.Errorf("unknown auth mode %q: token or none", cfg.Auth)
+		return nil, fmt.Errorf("--auth is %q: it must be token or none", cfg.Auth)
+	}
+	c, err := client.New(cfg.REST, client.Options{Scheme: cfg.Scheme, Mapper: cfg.Mapper})
+	if err != nil {
+		return nil, fmt.Errorf("creating the route's client: %w", err)
+	}
+	s.self = locks.New(c, cfg.Clock)
+	if cfg.TLSCertDir != "" {
+		// Read now, so a missing or bad certificate stops the manager at
+		// start rather than failing every caller's handshake.
+		s.certs, err = certwatcher.New(filepath.Join(cfg.TLSCertDir, "tls.crt"), filepath.Join(cfg.TLSCertDir, "tls.key"))
+		if err != nil {
+			return nil, fmt.Errorf("--route-tls-cert-dir: %w", err)
+		}
 	}
 	return s, nil
+}
+
+// loopbackOnly refuses, for AuthNone, an address that others can reach: it
+// would let anyone who reaches it take or release any lock.
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--route-address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("--auth=none serves every caller with the manager's identity, so --route-address must be a loopback address such as 127.0.0.1:6632; got %q", addr)
 }
 
 // NeedLeaderElection is false: every replica serves the route.
@@ -125,10 +183,38 @@ func (s *Server) Start(ctx context.Context) error {
 
 // Serve serves on ln until ctx ends, then drains in-flight calls.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if s.cfg.Auth == AuthNone {
+		if err := loopbackOnly(ln.Addr().String()); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	l := s.cfg.Limits
+	ln = netutil.LimitListener(ln, l.MaxConnections)
+	scheme := "http"
+	if s.certs != nil {
+		go func() {
+			if err := s.certs.Start(ctx); err != nil {
+				s.cfg.Log.Error(err, "watching the route's certificate")
+			}
+		}()
+		ln = tls.NewListener(ln, &tls.Config{GetCertificate: s.certs.GetCertificate, MinVersion: tls.VersionTLS12})
+		scheme = "https"
+	}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		// Failed handshakes and broken connections are the callers' doing;
+		// under a flood of them the log would be the flood.
+		ErrorLog: log.New(logWriter{s.cfg.Log.V(1)}, "", 0),
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.cfg.Log.Info("serving the lock route", "addr", ln.Addr().String(), "auth", s.cfg.Auth)
+	s.cfg.Log.Info("serving the lock route", "addr", ln.Addr().String(), "scheme", scheme, "auth", s.cfg.Auth)
 	select {
 	case err := <-errc:
 		return err
@@ -137,6 +223,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdown)
+}
+
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info("route connection", "error", strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // Handler is the route's HTTP handler: the lock route and its probes.
@@ -153,22 +246,114 @@ type callError = wire.Error
 
 func (s *Server) serveLocks(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Clock.Now()
-	code := s.handle(w, r)
-	requestDuration.WithLabelValues(fmt.Sprint(code)).Observe(s.cfg.Clock.Since(start).Seconds())
+	code, caller := s.handle(w, r)
+	obs := requestDuration.WithLabelValues(fmt.Sprint(code))
+	secs := s.cfg.Clock.Since(start).Seconds()
+	if eo, ok := obs.(prometheus.ExemplarObserver); ok && caller.Username != "" {
+		eo.ObserveWithExemplar(secs, exemplar(caller.Username))
+	} else {
+		obs.Observe(secs)
+	}
 }
 
-func (s *Server) handle(w http.ResponseWriter, r *http.Request) int {
+// handle answers one call. Every refusal comes before any operation runs:
+// credentials before the body is read, the body before any right is asked,
+// every right before any operation.
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) (int, Caller) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		return writeError(w, callError{Code: http.StatusMethodNotAllowed, Message: "use POST"})
+		return writeError(w, callError{Code: http.StatusMethodNotAllowed, Message: "use POST"}), Caller{}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return writeError(w, callError{Code: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the body is over %d bytes", MaxBody)})
+	leave, ok := s.adm.enter()
+	if !ok {
+		return s.busy(w, r, Caller{}, "too_many_calls", fmt.Sprintf("the route has %d calls in progress", s.cfg.Limits.MaxCalls)), Caller{}
+	}
+	defer leave()
+
+	var caller Caller
+	if s.reviews != nil {
+		var f *authFailure
+		if caller, f = s.reviews.authenticate(r); f != nil {
+			return s.refuse(w, r, caller, "", f), caller
 		}
-		return writeError(w, callError{Code: http.StatusBadRequest, Message: "reading the body: " + err.Error()})
+		leaveCaller, ok := s.adm.enterCaller(caller.Username)
+		if !ok {
+			return s.busy(w, r, caller, "too_many_calls_of_caller", fmt.Sprintf("%s has %d calls in progress", caller.Username, s.cfg.Limits.MaxCallsPerCaller)), caller
+		}
+		defer leaveCaller()
+	}
+
+	req, cerr := s.readCall(w, r, caller)
+	if cerr != nil {
+		return writeError(w, *cerr), caller
+	}
+	ns := req.Namespace
+	if ns == "" {
+		ns = caller.Namespace
+	}
+	if ns == "" && s.cfg.Auth == AuthNone {
+		ns = s.cfg.DefaultNamespace
+	}
+	if ns == "" {
+		return writeError(w, callError{Code: http.StatusBadRequest, Field: "namespace",
+			Message: fmt.Sprintf("namespace: is required, as %q is not a ServiceAccount", caller.Username)}), caller
+	}
+	if s.reviews != nil {
+		if f := s.reviews.authorize(r.Context(), caller, ns, req.Operations); f != nil {
+			return s.refuse(w, r, caller, ns, f), caller
+		}
+	}
+	results, cerr := s.run(r.Context(), caller, ns, req.Operations)
+	if cerr != nil {
+		return writeError(w, *cerr), caller
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(wire.Response{Results: results})
+	s.cfg.Log.V(1).Info("lock call", "caller", caller.Username, "namespace", ns, "operations", len(results))
+	return http.StatusOK, caller
+}
+
+// readCall reads and decodes the body, holding memory for it from the
+// route's budget only while it does.
+func (s *Server) readCall(w http.ResponseWriter, r *http.Request, caller Caller) (*Request, *callError) {
+	tooBig := &callError{Code: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the body is over %d bytes", MaxBody)}
+	if r.ContentLength > MaxBody {
+		return nil, tooBig
+	}
+	size := r.ContentLength
+	if size < 0 {
+		size = MaxBody
+	}
+	release, ok := s.adm.holdBody(size)
+	if !ok {
+		refused.WithLabelValues("body_memory").Inc()
+		s.cfg.Log.Info("refused a call: the route holds as many bodies as it may", "caller", caller.Username, "remote", r.RemoteAddr)
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+		return nil, &callError{Code: http.StatusTooManyRequests, Message: "the route is reading as many bodies as it may; nothing was applied, try again"}
+	}
+	defer release()
+	var body []byte
+	var err error
+	if r.ContentLength >= 0 {
+		// The server stops the body at its Content-Length: read it into a
+		// buffer of exactly that size, never more.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooBig
+		}
+		return nil, &callError{Code: http.StatusBadRequest, Message: "reading the body failed or took too long"}
+	}
+	if len(body) >= LargeBody {
+		if err := s.adm.decoding.Acquire(r.Context(), 1); err != nil {
+			return nil, &callError{Code: http.StatusServiceUnavailable, Message: "the call ended before its body was decoded"}
+		}
+		defer s.adm.decoding.Release(1)
 	}
 	req, bad := Decode(body)
 	if bad != nil {
@@ -176,59 +361,53 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) int {
 		if bad.Index >= 0 {
 			e.Index = &bad.Index
 		}
-		return writeError(w, e)
+		return nil, &e
 	}
-	lc, ns, cerr := s.authorize(r, req.Namespace)
-	if cerr != nil {
-		return writeError(w, *cerr)
-	}
-	results, cerr := s.run(r.Context(), lc, ns, req.Operations)
-	if cerr != nil {
-		s.cfg.Log.Error(errors.New(cerr.Message), "lock call failed", "namespace", ns, "code", cerr.Code)
-		return writeError(w, *cerr)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(wire.Response{Results: results})
-	return http.StatusOK
+	return req, nil
 }
 
-// authorize finds who the caller is and in which namespace the call acts,
-// and the client to act with.
-func (s *Server) authorize(r *http.Request, ns string) (*locks.Client, string, *callError) {
-	if s.cfg.Auth == AuthNone {
-		if ns == "" {
-			ns = s.cfg.DefaultNamespace
+// refuse answers a call that failed authentication or authorization.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, caller Caller, ns string, f *authFailure) int {
+	refused.WithLabelValues(f.reason).Inc()
+	kv := []any{"caller", caller.Username, "namespace", ns, "remote", r.RemoteAddr, "reason", f.reason}
+	if f.detail != nil {
+		kv = append(kv, "error", f.detail.Error())
+	}
+	if f.code == http.StatusServiceUnavailable {
+		s.cfg.Log.Error(f.detail, "could not review a call", kv...)
+	} else {
+		s.cfg.Log.Info("refused a call", kv...)
+	}
+	switch f.code {
+	case http.StatusUnauthorized:
+		v := `Bearer realm="queen-locks"`
+		if f.reason == "invalid_token" {
+			v += `, error="invalid_token"`
 		}
-		return s.self, ns, nil
+		w.Header().Set("WWW-Authenticate", v)
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	token = strings.TrimSpace(token)
-	if !ok || token == "" {
-		return nil, "", &callError{Code: http.StatusUnauthorized, Message: "no credentials: send Authorization: Bearer <ServiceAccount token>"}
+	e := callError{Code: f.code, Message: f.message}
+	if f.index >= 0 {
+		e.Index = &f.index
 	}
-	hc := &http.Client{Transport: bearer{token: token, next: s.httpc}}
-	id, err := s.ids.lookup(r.Context(), s.anon, hc, token)
-	if err != nil {
-		return nil, "", classify(-1, "", err)
-	}
-	if ns == "" {
-		if id.namespace == "" {
-			return nil, "", &callError{Code: http.StatusBadRequest, Field: "namespace",
-				Message: fmt.Sprintf("namespace: is required, as %q is not a ServiceAccount", id.username)}
-		}
-		ns = id.namespace
-	}
-	c, err := client.New(s.anon, client.Options{HTTPClient: hc, Scheme: s.cfg.Scheme, Mapper: s.cfg.Mapper})
-	if err != nil {
-		return nil, "", &callError{Code: http.StatusInternalServerError, Message: "creating a client for the caller: " + err.Error()}
-	}
-	return locks.New(c, s.cfg.Clock), ns, nil
+	return writeError(w, e)
 }
 
-// run carries out the operations concurrently and answers them in order. An
-// operation that the API server could not carry out fails the whole call:
-// 401 or 403 as the API server said, else 503.
-func (s *Server) run(ctx context.Context, lc *locks.Client, ns string, ops []Operation) ([]wire.Result, *callError) {
+// busy answers 429: the call was not admitted and nothing of it applied.
+func (s *Server) busy(w http.ResponseWriter, r *http.Request, caller Caller, reason, why string) int {
+	refused.WithLabelValues(reason).Inc()
+	s.cfg.Log.Info("refused a call: too many in progress", "caller", caller.Username, "remote", r.RemoteAddr, "reason", reason)
+	w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+	return writeError(w, callError{Code: http.StatusTooManyRequests, Message: why + "; nothing was applied, try again"})
+}
+
+// run carries out the operations of an authorized caller concurrently and
+// answers them in order. An operation that the API server could not carry
+// out fails the whole call: 400 for a namespace that does not exist, else
+// 503.
+func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operation) ([]wire.Result, *callError) {
 	results := make([]wire.Result, len(ops))
 	errs := make([]error, len(ops))
 	var wg sync.WaitGroup
@@ -237,14 +416,17 @@ func (s *Server) run(ctx context.Context, lc *locks.Client, ns string, ops []Ope
 			octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 			defer cancel()
 			start := s.cfg.Clock.Now()
-			results[i], errs[i] = s.do(octx, lc, ns, i, op)
+			results[i], errs[i] = s.do(octx, caller, ns, i, op)
 			outcome := results[i].Outcome()
 			if errs[i] != nil {
 				outcome = "error"
 			}
 			operations.WithLabelValues(op.Op, outcome).Inc()
 			operationDuration.WithLabelValues(op.Op).Observe(s.cfg.Clock.Since(start).Seconds())
-			s.cfg.Log.V(1).Info("lock operation", "namespace", ns, "op", op.Op, "name", op.Name, "slot", results[i].Slot, "outcome", outcome)
+			if errs[i] != nil {
+				s.cfg.Log.Error(errs[i], "lock operation failed", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name)
+			}
+			s.cfg.Log.V(1).Info("lock operation", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name, "slot", results[i].Slot, "outcome", outcome)
 		})
 	}
 	wg.Wait()
@@ -260,7 +442,11 @@ func (s *Server) run(ctx context.Context, lc *locks.Client, ns string, ops []Ope
 	return results, worst
 }
 
-func (s *Server) do(ctx context.Context, lc *locks.Client, ns string, i int, op Operation) (wire.Result, error) {
+// do carries out one operation with the manager's identity. The caller is
+// carried down to here for what the operation records of who asked.
+func (s *Server) do(ctx context.Context, caller Caller, ns string, i int, op Operation) (wire.Result, error) {
+	_ = caller
+	lc := s.self
 	res := wire.Result{Index: i, Op: op.Op, Name: op.Name}
 	switch op.Op {
 	case OpAcquire:
@@ -321,37 +507,29 @@ func (s *Server) do(ctx context.Context, lc *locks.Client, ns string, i int, op 
 	return res, nil
 }
 
-// classify maps an error from the API server to the call's answer.
+// classify maps an error from the API server to the call's answer. The
+// error itself goes to the log: its text can name the API server's address
+// and the webhook's, which are none of the caller's business.
 func classify(i int, op string, err error) *callError {
-	e := &callError{Message: err.Error()}
-	if i >= 0 {
-		e.Index = &i
-		e.Message = fmt.Sprintf("operations[%d] (%s): %v", i, op, err)
-	}
-	switch {
-	case apierrors.IsUnauthorized(err):
-		e.Code = http.StatusUnauthorized
-	case apierrors.IsForbidden(err):
-		e.Code = http.StatusForbidden
-	case apierrors.IsNotFound(err):
+	if apierrors.IsNotFound(err) {
 		// Only a namespace can be missing here: a missing permit is an answer.
-		e.Code, e.Field = http.StatusBadRequest, "namespace"
-	default:
-		e.Code = http.StatusServiceUnavailable
-		e.Message += "; some operations may have applied: send the same call again with the same owners"
+		return &callError{Code: http.StatusBadRequest, Field: "namespace", Index: &i,
+			Message: fmt.Sprintf("operations[%d] (%s): the namespace does not exist", i, op)}
 	}
-	return e
+	why := "the API server did not carry it out"
+	if strings.Contains(err.Error(), "webhook") {
+		why = "the admission webhook did not answer"
+	} else if reason := apierrors.ReasonForError(err); reason != metav1.StatusReasonUnknown {
+		why += " (" + string(reason) + ")"
+	}
+	return &callError{Code: http.StatusServiceUnavailable, Index: &i,
+		Message: fmt.Sprintf("operations[%d] (%s): %s; some operations may have applied: send the same call again with the same owners", i, op, why)}
 }
 
-// rank orders the answers of a failed call: the caller must fix its
-// credentials before anything else is worth reporting.
+// rank orders the answers of a failed call: a namespace that does not exist
+// is the caller's to fix, and worth saying over an outage.
 func rank(code int) int {
-	switch code {
-	case http.StatusUnauthorized:
-		return 3
-	case http.StatusForbidden:
-		return 2
-	case http.StatusBadRequest:
+	if code == http.StatusBadRequest {
 		return 1
 	}
 	return 0
@@ -362,16 +540,4 @@ func writeError(w http.ResponseWriter, e callError) int {
 	w.WriteHeader(e.Code)
 	_ = json.NewEncoder(w).Encode(wire.ErrorResponse{Error: e})
 	return e.Code
-}
-
-// bearer sends the caller's token with every request to the API server.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
 }

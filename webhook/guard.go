@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -27,19 +28,41 @@ const (
 	GuardValidatePath = "/validate-guarded"
 )
 
+// The right an administrator needs for the documented override: the verb
+// "override" on guards.locks.queen.dev in the object's namespace.
+const (
+	OverrideVerb     = "override"
+	OverrideResource = "guards"
+)
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // Guard fences writes to opted-in objects (ConfigMaps and Secrets by
-// default) with a lock's token. A write that carries the guard annotation
-// is admitted only while that permit is held with exactly that token, and
-// never with a token below the highest the object has recorded.
+// default) with a lock's token.
 //
-// The second rule is what closes the race in the first: the read of the
-// permit and the write of the object are two steps, but the recorded fence
-// is compared with the object as stored, inside the API server's own
-// compare-and-swap of that object. Once a newer holder has written, no
-// older one ever can.
+// The mutating webhook decides every create and update: the write must
+// carry its own guard annotation, naming the lock and slot the object is
+// bound to (the first guarded write binds it) with a token no lower than the
+// object's record and held right now. It then stores the guard as the
+// record and removes the guard itself, so nothing a later write leaves out
+// is ever judged by an earlier writer's guard.
+//
+// The read of the permit and the write of the object are two steps, but the
+// record is compared with the object as stored, inside the API server's own
+// compare-and-swap of that object (admission runs again when the swap
+// loses). Once a newer holder has written, no older one ever can.
+//
+// The validating webhook re-checks the stored result (nothing after us may
+// have changed the record) and decides deletes, which carry no annotations:
+// a delete is admitted while the holder that marked the object deletable
+// still holds the lock, while the namespace is being deleted, or for an
+// administrator with the override right.
 type Guard struct {
 	// Reader must read from the API server, not a cache.
 	Reader client.Reader
+	// Client creates SubjectAccessReviews for the override.
+	Client client.Client
 	Clock  clock.PassiveClock
 }
 
@@ -51,6 +74,9 @@ func (g *Guard) SetupWithManager(mgr ctrl.Manager) {
 	if g.Reader == nil {
 		g.Reader = mgr.GetAPIReader()
 	}
+	if g.Client == nil {
+		g.Client = mgr.GetClient()
+	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(GuardMutatePath, &admission.Webhook{Handler: admission.HandlerFunc(g.Mutate)})
 	srv.Register(GuardValidatePath, &admission.Webhook{Handler: admission.HandlerFunc(g.Validate)})
@@ -60,21 +86,13 @@ type objectMeta struct {
 	Metadata metav1.ObjectMeta `json:"metadata"`
 }
 
-// writeMetas decodes the metadata of the object a create or update writes,
-// and of the object it replaces (empty on create). For any other operation,
-// or a body that does not decode, ok is false and resp is the answer.
-func writeMetas(req admission.Request) (obj, old metav1.ObjectMeta, resp admission.Response, ok bool) {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return obj, old, admission.Allowed(""), false
-	}
-	var err error
+// metas decodes the metadata of the object a request writes (empty on
+// delete) and of the stored object it replaces or deletes (empty on create).
+func metas(req admission.Request) (obj, old metav1.ObjectMeta, err error) {
 	if obj, err = decodeMeta(req.Object.Raw); err == nil {
 		old, err = decodeMeta(req.OldObject.Raw)
 	}
-	if err != nil {
-		return obj, old, admission.Errored(http.StatusBadRequest, err), false
-	}
-	return obj, old, resp, true
+	return obj, old, err
 }
 
 func decodeMeta(raw []byte) (metav1.ObjectMeta, error) {
@@ -86,88 +104,236 @@ func decodeMeta(raw []byte) (metav1.ObjectMeta, error) {
 	return o.Metadata, err
 }
 
-// Mutate records the guard's token as the object's fence.
+func isGuarded(m metav1.ObjectMeta) bool { return m.Labels[permit.GuardedLabel] == "true" }
+
+// Mutate admits a create or update of a guarded object only under its own
+// current guard, and turns that guard into the object's record.
 func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Response {
-	meta, _, resp, ok := writeMetas(req)
-	if !ok {
-		return resp
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	meta, old, err := metas(req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	guarded, wasGuarded := isGuarded(meta), isGuarded(old)
+	if !guarded && !wasGuarded {
+		return admission.Allowed("")
+	}
+	if _, ok := meta.Annotations[permit.OverrideAnnotation]; ok {
+		if resp, ok := g.override(ctx, req); !ok {
+			return resp
+		}
+		// The override takes the object out of the fence, record and all:
+		// a guarded write opts it in again and binds it anew, to whichever
+		// lock it names.
+		ops := removeAnnotations(meta, permit.OverrideAnnotation,
+			permit.GuardAnnotation, permit.FenceAnnotation, permit.DeletableAnnotation)
+		if guarded {
+			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: pointer("metadata", "labels", permit.GuardedLabel)})
+		}
+		return admission.Patched("override", ops...)
 	}
 	raw, ok := meta.Annotations[permit.GuardAnnotation]
 	if !ok {
-		return admission.Allowed("")
+		return guardDenied("", fmt.Sprintf("every write to an object labelled %s=true needs its own annotation %s: <lock>#<slot>=<token>, held now",
+			permit.GuardedLabel, permit.GuardAnnotation))
 	}
 	guard, err := permit.ParseGuard(raw)
 	if err != nil {
 		return guardDenied(raw, fmt.Sprintf("annotation %s: %v", permit.GuardAnnotation, err))
 	}
-	return admission.Patched("recorded the fence", jsonpatch.JsonPatchOperation{
-		Operation: "add",
-		Path:      pointer("metadata", "annotations", permit.FenceAnnotation),
-		Value:     strconv.FormatUint(guard.Token, 10),
-	})
+	if wasGuarded {
+		if why := bindingRefusal(old, guard); why != "" {
+			return guardDenied(raw, why)
+		}
+	}
+	if resp, ok := g.current(ctx, req.Namespace, raw, guard); !ok {
+		return resp
+	}
+	if !guarded {
+		// The holder takes the object out of the fence: no record is left
+		// behind to bind it when it opts in again.
+		return admission.Patched("left the fence", removeAnnotations(meta,
+			permit.GuardAnnotation, permit.FenceAnnotation, permit.DeletableAnnotation)...)
+	}
+	ops := removeAnnotations(meta, permit.GuardAnnotation)
+	ops = append(ops, setAnnotation(meta, permit.FenceAnnotation, guard.String()))
+	if mark, ok := meta.Annotations[permit.DeletableAnnotation]; ok {
+		switch {
+		case mark == "true":
+			ops = append(ops, setAnnotation(meta, permit.DeletableAnnotation, fmt.Sprint(guard.Token)))
+		case mark != old.Annotations[permit.DeletableAnnotation]:
+			return guardDenied(raw, fmt.Sprintf(`annotation %s: set it to "true" to mark the object deletable under this write's guard`, permit.DeletableAnnotation))
+		}
+	}
+	return admission.Patched("recorded the fence", ops...)
 }
 
-// Validate admits a guarded write only under the current token.
-func (g *Guard) Validate(ctx context.Context, req admission.Request) admission.Response {
-	meta, old, resp, ok := writeMetas(req)
+// bindingRefusal says why guard may not write an object whose stored
+// metadata is old, or "" when it may: the guard must name the lock and
+// slot the object is bound to, with a token no lower than its record.
+func bindingRefusal(old metav1.ObjectMeta, guard permit.Guard) string {
+	raw, ok := old.Annotations[permit.FenceAnnotation]
 	if !ok {
-		return resp
+		return ""
 	}
-	highest, err := fenceOf(old)
-	if err != nil {
-		return guardDenied("", err.Error())
+	rec, bound, err := permit.ParseFence(raw)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the stored record %s=%q is damaged; an administrator can reset it with the override (docs/fencing.md)", permit.FenceAnnotation, raw)
+	case bound && (rec.Lock != guard.Lock || rec.Slot != guard.Slot):
+		return fmt.Sprintf("this object is bound to lock %q slot %d; a guard of another lock or slot cannot write it", rec.Lock, rec.Slot)
+	case guard.Token < rec.Token:
+		return fmt.Sprintf("token %d is below %d, the highest this object has accepted: a newer holder of the lock has written it", guard.Token, rec.Token)
 	}
-	raw, ok := meta.Annotations[permit.GuardAnnotation]
-	if !ok {
-		if highest > 0 {
-			return guardDenied("", fmt.Sprintf("this object has accepted writes under token %d; every write to it needs the annotation %s: <lock>#<slot>=<token>", highest, permit.GuardAnnotation))
-		}
-		return admission.Allowed("")
-	}
-	guard, err := permit.ParseGuard(raw)
-	if err != nil {
-		return guardDenied(raw, fmt.Sprintf("annotation %s: %v", permit.GuardAnnotation, err))
-	}
-	if guard.Token < highest {
-		return guardDenied(raw, fmt.Sprintf("token %d is below %d, the highest this object has accepted: a newer holder of the lock has written it", guard.Token, highest))
-	}
-	if meta.Annotations[permit.FenceAnnotation] != strconv.FormatUint(guard.Token, 10) {
-		return guardDenied(raw, fmt.Sprintf("annotation %s is recorded by the webhook and must equal the guard's token", permit.FenceAnnotation))
-	}
-	ns := req.Namespace
+	return ""
+}
+
+// current admits guard only while its permit in ns is held with exactly its
+// token, read from the API server.
+func (g *Guard) current(ctx context.Context, ns, raw string, guard permit.Guard) (admission.Response, bool) {
 	var p locksv1alpha1.QueenLock
-	err = g.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name(guard.Lock, guard.Slot)}, &p)
+	err := g.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name(guard.Lock, guard.Slot)}, &p)
 	switch {
 	case apierrors.IsNotFound(err):
-		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is free in namespace %s: nobody holds it", guard.Lock, guard.Slot, ns))
+		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is free in namespace %s: nobody holds it", guard.Lock, guard.Slot, ns)), false
 	case err != nil:
-		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading the permit of lock %q: %w", guard.Lock, err))
+		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading the permit of lock %q: %w", guard.Lock, err)), false
 	}
 	current, err := permit.Token(p.ResourceVersion)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+		return admission.Errored(http.StatusInternalServerError, err), false
 	}
 	switch {
-	case p.Spec.Lock != guard.Lock:
-		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is free in namespace %s", guard.Lock, guard.Slot, ns))
+	case p.Spec.Lock != guard.Lock || p.DeletionTimestamp != nil:
+		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is free in namespace %s", guard.Lock, guard.Slot, ns)), false
 	case permit.Expired(&p, g.Clock.Now()):
-		return guardDenied(raw, fmt.Sprintf("lock %q slot %d expired at %s", guard.Lock, guard.Slot, permit.FormatTime(p.Spec.ExpireTime.Time)))
+		return guardDenied(raw, fmt.Sprintf("lock %q slot %d expired at %s", guard.Lock, guard.Slot, permit.FormatTime(p.Spec.ExpireTime.Time))), false
 	case current != guard.Token:
-		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is held with token %d, not %d", guard.Lock, guard.Slot, current, guard.Token))
+		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is held with token %d, not %d", guard.Lock, guard.Slot, current, guard.Token)), false
+	}
+	return admission.Response{}, true
+}
+
+// Validate re-checks what Mutate stored and decides deletes.
+func (g *Guard) Validate(ctx context.Context, req admission.Request) admission.Response {
+	meta, old, err := metas(req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	switch req.Operation {
+	case admissionv1.Delete:
+		return g.validateDelete(ctx, req, old)
+	case admissionv1.Create, admissionv1.Update:
+	default:
+		return admission.Allowed("")
+	}
+	if !isGuarded(meta) {
+		return admission.Allowed("")
+	}
+	if raw, ok := meta.Annotations[permit.GuardAnnotation]; ok {
+		return guardDenied(raw, "the guard annotation was not removed before storing: is the mutating guard webhook installed?")
+	}
+	raw, ok := meta.Annotations[permit.FenceAnnotation]
+	if !ok {
+		return guardDenied("", fmt.Sprintf("a guarded object must carry the record %s, which the mutating guard webhook sets from each write's guard", permit.FenceAnnotation))
+	}
+	rec, bound, err := permit.ParseFence(raw)
+	if err != nil || !bound {
+		return guardDenied("", fmt.Sprintf("the record %s=%q does not name a lock", permit.FenceAnnotation, raw))
+	}
+	if isGuarded(old) {
+		if why := bindingRefusal(old, rec); why != "" {
+			return guardDenied(raw, why)
+		}
 	}
 	return admission.Allowed("")
 }
 
-func fenceOf(meta metav1.ObjectMeta) (uint64, error) {
-	raw, ok := meta.Annotations[permit.FenceAnnotation]
-	if !ok {
-		return 0, nil
+// validateDelete admits the delete of a guarded object when its namespace
+// is being deleted, when an administrator with the override right sends
+// it, or while the holder that marked it deletable still holds the lock
+// with the token of its last write.
+func (g *Guard) validateDelete(ctx context.Context, req admission.Request, old metav1.ObjectMeta) admission.Response {
+	if !isGuarded(old) {
+		return admission.Allowed("")
 	}
-	t, err := permit.Token(raw)
-	if err != nil {
-		return 0, fmt.Errorf("the stored annotation %s is damaged (%q); restore it or recreate the object", permit.FenceAnnotation, raw)
+	var ns corev1.Namespace
+	err := g.Reader.Get(ctx, client.ObjectKey{Name: req.Namespace}, &ns)
+	switch {
+	case err == nil && (ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating):
+		return admission.Allowed("the namespace is being deleted")
+	case err != nil && !apierrors.IsNotFound(err):
+		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w", req.Namespace, err))
 	}
-	return t, nil
+	if allowed, err := g.mayOverride(ctx, req); err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err)
+	} else if allowed {
+		return admission.Allowed("administrator override")
+	}
+	howTo := fmt.Sprintf(`to delete a guarded object, write it once under the current guard with the annotation %s: "true", then delete it while that token is current`, permit.DeletableAnnotation)
+	raw := old.Annotations[permit.FenceAnnotation]
+	rec, bound, err := permit.ParseFence(raw)
+	if err != nil || !bound {
+		return guardDenied("", fmt.Sprintf("this object has no record of a lock; %s", howTo))
+	}
+	if old.Annotations[permit.DeletableAnnotation] != fmt.Sprint(rec.Token) {
+		return guardDenied(rec.String(), "the object's last write did not mark it deletable; "+howTo)
+	}
+	if resp, ok := g.current(ctx, req.Namespace, rec.String(), rec); !ok {
+		return resp
+	}
+	return admission.Allowed("")
+}
+
+// override answers whether the request's user may use the override; when
+// not, resp is the refusal.
+func (g *Guard) override(ctx context.Context, req admission.Request) (resp admission.Response, ok bool) {
+	allowed, err := g.mayOverride(ctx, req)
+	switch {
+	case err != nil:
+		return admission.Errored(http.StatusServiceUnavailable, err), false
+	case !allowed:
+		return guardDenied("", fmt.Sprintf("annotation %s: user %q may not %s %s.%s in namespace %s",
+			permit.OverrideAnnotation, req.UserInfo.Username, OverrideVerb, OverrideResource, locksv1alpha1.GroupVersion.Group, req.Namespace)), false
+	}
+	return admission.Response{}, true
+}
+
+func (g *Guard) mayOverride(ctx context.Context, req admission.Request) (bool, error) {
+	extra := map[string]authorizationv1.ExtraValue{}
+	for k, v := range req.UserInfo.Extra {
+		extra[k] = authorizationv1.ExtraValue(v)
+	}
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: req.UserInfo.Username, Groups: req.UserInfo.Groups, UID: req.UserInfo.UID, Extra: extra,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: req.Namespace, Verb: OverrideVerb,
+			Group: locksv1alpha1.GroupVersion.Group, Resource: OverrideResource,
+		},
+	}}
+	if err := g.Client.Create(ctx, sar); err != nil {
+		return false, fmt.Errorf("asking whether %q may override the guard: %w", req.UserInfo.Username, err)
+	}
+	return sar.Status.Allowed, nil
+}
+
+func removeAnnotations(meta metav1.ObjectMeta, keys ...string) []jsonpatch.JsonPatchOperation {
+	var ops []jsonpatch.JsonPatchOperation
+	for _, k := range keys {
+		if _, ok := meta.Annotations[k]; ok {
+			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: pointer("metadata", "annotations", k)})
+		}
+	}
+	return ops
+}
+
+func setAnnotation(meta metav1.ObjectMeta, key, value string) jsonpatch.JsonPatchOperation {
+	if meta.Annotations == nil {
+		return jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/annotations", Value: map[string]string{key: value}}
+	}
+	return jsonpatch.JsonPatchOperation{Operation: "add", Path: pointer("metadata", "annotations", key), Value: value}
 }
 
 // pointer is the JSON pointer (RFC 6901) to the member named by keys, for a

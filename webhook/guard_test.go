@@ -86,8 +86,8 @@ func TestAReplacedHolderCannotCommit(t *testing.T) {
 			t.Fatalf("B's write %d: %v", i, err)
 		}
 	}
-	if got := stored(t, ns, "out").Annotations[permit.FenceAnnotation]; got != fmt.Sprint(token(t, b)) {
-		t.Fatalf("recorded fence %q, want B's token %d", got, token(t, b))
+	if got := stored(t, ns, "out").Annotations[permit.FenceAnnotation]; got != guardB {
+		t.Fatalf("recorded fence %q, want B's guard %s", got, guardB)
 	}
 	// A wakes up and writes with its old token: refused, nothing of it stored.
 	refusedWith(t, write(ctx, ns, "out", guardA, "by A, late"), `"report"`, guardA)
@@ -117,8 +117,8 @@ func TestGuardRefusals(t *testing.T) {
 	}
 	for _, c := range []struct{ guard, says string }{
 		{fmt.Sprintf("gate#0=%d", tok+1000), "held with token"},
-		{fmt.Sprintf("gate#1=%d", tok), "free"},
-		{fmt.Sprintf("nobody#0=%d", tok), `lock "nobody" slot 0 is free`},
+		{fmt.Sprintf("gate#1=%d", tok), `bound to lock "gate" slot 0`},
+		{fmt.Sprintf("nobody#0=%d", tok), `bound to lock "gate" slot 0`},
 		{"gate-0-12", "no '#'"},
 		{"gate#0", "no '='"},
 		{"gate#x=5", "slot"},
@@ -132,15 +132,16 @@ func TestGuardRefusals(t *testing.T) {
 	// A write without the guard to an object that has a fence is refused.
 	cm := stored(t, ns, "cm")
 	delete(cm.Annotations, permit.GuardAnnotation)
-	refusedWith(t, env.Client.Update(ctx, cm), "needs the annotation")
-	// A forged fence is refused too.
+	refusedWith(t, env.Client.Update(ctx, cm), "needs its own annotation")
+	// A forged record is replaced by the one the guard makes.
 	cm = stored(t, ns, "cm")
-	cm.Annotations[permit.FenceAnnotation] = "1"
+	cm.Annotations[permit.FenceAnnotation] = "other#3=1"
+	cm.Annotations[permit.GuardAnnotation] = fmt.Sprintf("gate#0=%d", tok)
 	if err := env.Client.Update(ctx, cm); err != nil {
 		t.Fatalf("the webhook should record the fence over a forged one: %v", err)
 	}
-	if got := stored(t, ns, "cm").Annotations[permit.FenceAnnotation]; got != fmt.Sprint(tok) {
-		t.Fatalf("fence %q after a forged one, want %d", got, tok)
+	if got := stored(t, ns, "cm").Annotations[permit.FenceAnnotation]; got != fmt.Sprintf("gate#0=%d", tok) {
+		t.Fatalf("fence %q after a forged one, want gate#0=%d", got, tok)
 	}
 	if got := stored(t, ns, "cm").Data["report"]; got != "ok" {
 		t.Fatalf("refused writes changed the object: %q", got)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -31,7 +32,12 @@ const MutatePath = "/mutate-locks-queen-dev-v1alpha1-queenlock"
 // QueenLock admits writes to permits. Clock is the server's clock: the times
 // it stamps are the only ones the lock trusts.
 type QueenLock struct {
-	Clock   clock.PassiveClock
+	Clock clock.PassiveClock
+	// Grace is the clock skew tolerated between replicas: a takeover is
+	// admitted only once a permit expired more than Grace ago, so a replica
+	// whose clock runs ahead does not hand a lock over early. The expiry
+	// controller waits the same.
+	Grace   time.Duration
 	decoder admission.Decoder
 }
 
@@ -52,8 +58,12 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 		return resp
 	}
 	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel]}
-	if err := permit.Stamp(old, obj, h.Clock.Now()); err != nil {
+	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, callerOf(req))
+	if err != nil {
 		return deny(err)
+	}
+	if !stamped {
+		return admission.Allowed("")
 	}
 	return admission.Patched("", stampPatch(sent, obj)...)
 }
@@ -87,6 +97,24 @@ func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonP
 	add("/spec/renewTime", obj.Spec.RenewTime)
 	add("/spec/expireTime", obj.Spec.ExpireTime)
 	return ops
+}
+
+// Keys of the user info extra that kube-apiserver fills in for a
+// ServiceAccount token bound to a pod.
+const (
+	podNameExtra = "authentication.kubernetes.io/pod-name"
+	podUIDExtra  = "authentication.kubernetes.io/pod-uid"
+)
+
+// callerOf is the pod the request's credential is bound to, if any.
+func callerOf(req admission.Request) permit.Caller {
+	first := func(key string) string {
+		if v := req.UserInfo.Extra[key]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	return permit.Caller{PodName: first(podNameExtra), PodUID: first(podUIDExtra)}
 }
 
 func (h *QueenLock) decode(req admission.Request) (old, obj *locksv1alpha1.QueenLock, resp admission.Response) {

@@ -15,7 +15,12 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.slot < self.limit",message="slot must be below limit"
 // +kubebuilder:validation:XValidation:rule="has(self.acquireTime) && has(self.renewTime) && has(self.expireTime)",message="acquireTime, renewTime and expireTime are stamped by the admission webhook: is it running?"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewTime) || !has(self.expireTime) || (self.expireTime - self.renewTime).getMilliseconds() == self.ttlSeconds * 1000",message="expireTime must be renewTime plus ttlSeconds"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.acquireTime) || !has(oldSelf.renewTime) || !has(oldSelf.expireTime) || !has(self.acquireTime) || !has(self.renewTime) || (self.acquireTime == oldSelf.acquireTime ? (self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime) : (self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime))",message="not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime"
+// +kubebuilder:validation:XValidation:rule="self == oldSelf || !has(oldSelf.acquireTime) || !has(oldSelf.renewTime) || !has(oldSelf.expireTime) || !has(self.acquireTime) || !has(self.renewTime) || (self.acquireTime == oldSelf.acquireTime ? (self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime) : (self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime))",message="not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime"
+//
+// An update that leaves the spec as it is passes the transition rule: the
+// webhook admits such writes only on a permit that is being deleted (the
+// garbage collector removing its finalizer), and refuses them otherwise.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.acquireTime) || !has(self.acquireTime) || self.acquireTime != oldSelf.acquireTime || (has(self.holderPod) ? (has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod) : !has(oldSelf.holderPod))",message="holderPod cannot change on a renew; a takeover replaces it"
 type QueenLockSpec struct {
 	// lock is the name of the lock or semaphore this permit belongs to:
 	// 1 to 256 bytes of UTF-8, no control character and no '#'.
@@ -56,6 +61,14 @@ type QueenLockSpec struct {
 	// +kubebuilder:validation:Maximum=31536000
 	TTLSeconds int64 `json:"ttlSeconds"`
 
+	// holderPod is the pod the holder runs in, when it runs in one. The
+	// controller frees the permit as soon as that pod is gone (deleted, or
+	// another pod under its name) or has finished. A pod may only name
+	// itself. It cannot change while the permit is held; a takeover
+	// replaces it.
+	// +optional
+	HolderPod *PodRef `json:"holderPod,omitempty"`
+
 	// acquireTime is when the current holder acquired the permit. An update
 	// that clears it asks to take over an expired permit; an update that keeps
 	// it is a renew. Stamped by the server.
@@ -71,6 +84,22 @@ type QueenLockSpec struct {
 	// free to take over, and the controller deletes it. Stamped by the server.
 	// +optional
 	ExpireTime *metav1.MicroTime `json:"expireTime,omitempty"`
+}
+
+// PodRef names one pod, by name and UID: a pod deleted and created again
+// under the same name is another pod.
+type PodRef struct {
+	// name is the pod's name, in the permit's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// uid is the pod's metadata.uid.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	UID string `json:"uid"`
 }
 
 // QueenLock is one permit of a lock or semaphore. Its resourceVersion is the

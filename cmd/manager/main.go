@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -25,11 +26,29 @@ func main() {
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's).")
 	flag.DurationVar(&o.ExpiryGrace, "expiry-grace", controllers.DefaultGrace, "How long past expireTime a permit is kept before the controller deletes it, for clock skew between replicas.")
 	flag.StringVar(&o.RouteAddr, "route-address", ":6632", "Address of the HTTP route POST /api/v1/locks; empty turns it off.")
-	flag.StringVar(&o.Auth, "auth", route.AuthToken, "How the route authenticates callers: token (act as the caller with its bearer token) or none (the manager's own identity; for development only).")
+	flag.StringVar(&o.Auth, "auth", route.AuthToken, "How the route authenticates callers: token (a ServiceAccount token verified with a TokenReview, each operation authorized with a SubjectAccessReview) or none (every caller unverified, on a loopback --route-address only; for development).")
 	flag.StringVar(&o.DefaultNamespace, "default-namespace", "default", "With --auth=none, the namespace of calls that name none.")
+	audiences := flag.String("route-audiences", route.Audience, "Comma-separated audiences a caller's token may carry (one is enough). Adding the API server's own audience lets callers send the token that also grants all their rights on the API server: only do so knowingly.")
+	flag.StringVar(&o.RouteTLSCertDir, "route-tls-cert-dir", "", "Directory holding tls.crt and tls.key for the route, re-read when they change; empty serves plain HTTP.")
+	l := route.DefaultLimits()
+	flag.DurationVar(&l.ReadHeaderTimeout, "route-read-header-timeout", l.ReadHeaderTimeout, "Longest time to read a call's headers.")
+	flag.DurationVar(&l.ReadTimeout, "route-read-timeout", l.ReadTimeout, "Longest time to read a whole call, headers and body.")
+	flag.DurationVar(&l.WriteTimeout, "route-write-timeout", l.WriteTimeout, "Longest time from a call's headers to the end of its answer; must exceed the longest wait (60s) plus the operation timeout (20s).")
+	flag.DurationVar(&l.IdleTimeout, "route-idle-timeout", l.IdleTimeout, "Longest time a kept-alive connection waits for its next call.")
+	flag.IntVar(&l.MaxHeaderBytes, "route-max-header-bytes", l.MaxHeaderBytes, "Largest headers of a call.")
+	flag.IntVar(&l.MaxConnections, "route-max-connections", l.MaxConnections, "Most open connections to the route; more wait to be accepted.")
+	flag.IntVar(&l.MaxCalls, "route-max-calls", l.MaxCalls, "Most calls in progress; more are answered 429.")
+	flag.IntVar(&l.MaxCallsPerCaller, "route-max-calls-per-caller", l.MaxCallsPerCaller, "Most calls in progress of one caller; more are answered 429.")
+	flag.Int64Var(&l.MaxBodyMemory, "route-max-body-memory", l.MaxBodyMemory, "Most bytes of call bodies held at once; a call whose body does not fit is answered 429.")
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	for _, a := range strings.Split(*audiences, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.RouteAudiences = append(o.RouteAudiences, a)
+		}
+	}
+	o.RouteLimits = l
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
 

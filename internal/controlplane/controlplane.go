@@ -36,9 +36,12 @@ import (
 
 // Options choose what the manager runs.
 type Options struct {
-	// ExpiryGrace is the controller's grace; tests that take over expired
-	// permits by hand set it long so the controller does not delete first.
+	// ExpiryGrace is the manager's grace for clock skew: the controller
+	// deletes, and the webhook admits a takeover, this long after expiry.
 	ExpiryGrace time.Duration
+	// NoExpiry runs no expiry controller: for tests that take over expired
+	// permits by hand, so that the controller does not delete first.
+	NoExpiry bool
 	// Clock is the manager's clock (webhook and controller).
 	Clock clock.PassiveClock
 	// Configure, when set, is called with the manager before it starts.
@@ -74,9 +77,12 @@ type Env struct {
 	Client    client.Client // reads and writes the API server directly, as admin
 	Clientset kubernetes.Interface
 	Manager   ctrl.Manager
-	stop      context.CancelFunc
-	done      chan struct{}
-	err       error
+	// Grace is the manager's expiry grace: a takeover is admitted, and the
+	// controller deletes, only this long after a permit's expireTime.
+	Grace time.Duration
+	stop  context.CancelFunc
+	done  chan struct{}
+	err   error
 }
 
 // Root is the module's root directory.
@@ -136,6 +142,7 @@ func Start(o Options) (*Env, error) {
 	if o.ExpiryGrace == 0 {
 		o.ExpiryGrace = 200 * time.Millisecond
 	}
+	e.Grace = o.ExpiryGrace
 	mcfg := cfg
 	if o.ManagerConfig != nil {
 		if mcfg, err = o.ManagerConfig(e); err != nil {
@@ -150,6 +157,7 @@ func Start(o Options) (*Env, error) {
 		WebhookPort: wo.LocalServingPort,
 		CertDir:     wo.LocalServingCertDir,
 		ExpiryGrace: o.ExpiryGrace,
+		NoExpiry:    o.NoExpiry,
 		Clock:       o.Clock,
 
 		SkipNameValidation:      true,
@@ -273,12 +281,35 @@ func (e *Env) ServeRoute(t testing.TB, auth, ns string) (url string, stop func()
 // this control plane (an API server that is not there, say), on a free
 // loopback port until stop is called. It answers the route's full URL.
 func (e *Env) StartRoute(cfg *rest.Config, auth, ns string) (url string, stop func(), err error) {
-	srv, err := route.New(route.Config{Auth: auth, DefaultNamespace: ns, REST: cfg,
-		Scheme: manager.Scheme, Mapper: e.Manager.GetRESTMapper(), Log: logr.Discard(), OpTimeout: 10 * time.Second})
+	return e.StartRouteConfig(route.Config{Auth: auth, DefaultNamespace: ns, REST: cfg})
+}
+
+// StartRouteConfig serves a route configured by c on a free loopback port
+// until stop is called; REST, Scheme, Mapper, Log and OpTimeout are this
+// control plane's when unset. It answers the route's full URL, https when
+// c serves TLS.
+func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err error) {
+	if c.REST == nil {
+		c.REST = e.Config
+	}
+	if c.Scheme == nil {
+		c.Scheme = manager.Scheme
+	}
+	if c.Mapper == nil {
+		c.Mapper = e.Manager.GetRESTMapper()
+	}
+	if c.Log.GetSink() == nil {
+		c.Log = logr.Discard()
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = 10 * time.Second
+	}
+	c.Addr = "127.0.0.1:0"
+	srv, err := route.New(c)
 	if err != nil {
 		return "", nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {
 		return "", nil, err
 	}
@@ -287,5 +318,9 @@ func (e *Env) StartRoute(cfg *rest.Config, auth, ns string) (url string, stop fu
 	go func() { _ = srv.Serve(ctx, ln); close(done) }()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
-	return "http://" + ln.Addr().String() + route.Path, stop, nil
+	scheme := "http"
+	if c.TLSCertDir != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + ln.Addr().String() + route.Path, stop, nil
 }

@@ -1,0 +1,261 @@
+package locks_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// counting is the real API server, with a count of the calls made to it.
+type counting struct {
+	client.Client
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *counting) note(verb string) {
+	c.mu.Lock()
+	c.calls = append(c.calls, verb)
+	c.mu.Unlock()
+}
+
+func (c *counting) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	calls := c.calls
+	c.calls = nil
+	return calls
+}
+
+func (c *counting) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.note("get")
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+func (c *counting) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	c.note("list")
+	return c.Client.List(ctx, list, opts...)
+}
+
+func (c *counting) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.note("create")
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c *counting) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.note("update")
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c *counting) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.note("patch")
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
+func (c *counting) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.note("delete")
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+func calls(t *testing.T, c *counting, want ...string) {
+	t.Helper()
+	if got := c.take(); !slices.Equal(got, want) {
+		t.Fatalf("API calls %v, want %v", got, want)
+	}
+}
+
+func TestEachOperationIsOneCallWhenItWins(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	c := &counting{Client: env.Client}
+	l := locks.New(c, nil)
+
+	a, err := l.Acquire(ctx, ns, "one-call", "a", 30, 1)
+	if err != nil || !a.Acquired || a.Already {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	calls(t, c, "create")
+
+	held, err := l.Acquire(ctx, ns, "one-call", "b", 30, 1)
+	if err != nil || held.Acquired || held.Reason != locks.ReasonHeld || len(held.Holders) != 1 || held.Holders[0].Owner != "a" {
+		t.Fatalf("acquire of a held lock: %+v %v", held, err)
+	}
+	calls(t, c, "create", "get")
+
+	again, err := l.Acquire(ctx, ns, "one-call", "a", 30, 1)
+	if err != nil || !again.Already || again.Token != a.Token {
+		t.Fatalf("acquire by the holder: %+v %v", again, err)
+	}
+	calls(t, c, "create", "get")
+
+	rn, err := l.Renew(ctx, ns, "one-call", 0, a.Token, "a", 30)
+	if err != nil || !rn.Renewed || rn.Token <= a.Token {
+		t.Fatalf("renew: %+v %v", rn, err)
+	}
+	calls(t, c, "patch")
+
+	ok, err := l.Release(ctx, ns, "one-call", 0, rn.Token, "a")
+	if err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	calls(t, c, "delete")
+
+	// A client that has not seen the version reads it first.
+	a, _ = l.Acquire(ctx, ns, "one-call", "a", 30, 1)
+	c.take()
+	fresh := locks.New(c, nil)
+	if ok, err := fresh.Release(ctx, ns, "one-call", 0, a.Token, "a"); err != nil || !ok {
+		t.Fatalf("release by a fresh client: %v %v", ok, err)
+	}
+	calls(t, c, "get", "delete")
+
+	// A semaphore with room: the preferred slot, then the owner check.
+	s, err := l.Acquire(ctx, ns, "one-call-sem", "a", 30, 4)
+	if err != nil || !s.Acquired {
+		t.Fatalf("semaphore acquire: %+v %v", s, err)
+	}
+	calls(t, c, "create", "list")
+}
+
+func TestStaleTokensOfTheSameOwnerAreCarriedThrough(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	l := locks.New(env.Client, nil)
+	a, _ := l.Acquire(ctx, ns, "carry", "a", 30, 1)
+	r1, err := l.Renew(ctx, ns, "carry", 0, a.Token, "a", 30)
+	if err != nil || !r1.Renewed {
+		t.Fatal(r1, err)
+	}
+	// The answer to r1 was lost: the caller renews with its old token.
+	r2, err := l.Renew(ctx, ns, "carry", 0, a.Token, "a", 30)
+	if err != nil || !r2.Renewed || r2.Token <= r1.Token {
+		t.Fatalf("carried renew: %+v %v", r2, err)
+	}
+	// Another owner with that stale token loses, and so does the exact
+	// stale token without an owner.
+	if r, err := l.Renew(ctx, ns, "carry", 0, a.Token, "b", 30); err != nil || r.Renewed || r.Reason != locks.ReasonLost {
+		t.Fatalf("stale token of another owner: %+v %v", r, err)
+	}
+	if r, err := l.Renew(ctx, ns, "carry", 0, r1.Token, "", 30); err != nil || r.Renewed {
+		t.Fatalf("stale token without owner: %+v %v", r, err)
+	}
+	if ok, err := l.Release(ctx, ns, "carry", 0, a.Token, "b"); err != nil || ok {
+		t.Fatalf("release by another owner: %v %v", ok, err)
+	}
+	if ok, err := l.Release(ctx, ns, "carry", 0, a.Token, "a"); err != nil || !ok {
+		t.Fatalf("carried release: %v %v", ok, err)
+	}
+	if hs, _ := l.Get(ctx, ns, "carry"); len(hs) != 0 {
+		t.Fatalf("holders after release: %+v", hs)
+	}
+}
+
+func TestReleaseAfterExpiryAnswersLostAndFreesTheSlot(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	l := locks.New(env.Client, nil)
+	a, err := l.Acquire(ctx, ns, "late", "a", 1, 1)
+	if err != nil || !a.Acquired {
+		t.Fatal(a, err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return time.Now().After(a.ExpiresAt), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*locks.Client{l, locks.New(env.Client, nil)} {
+		ok, err := c.Release(ctx, ns, "late", 0, a.Token, "a")
+		if err != nil || ok {
+			t.Fatalf("release after expiry: %v %v, want lost", ok, err)
+		}
+	}
+}
+
+// Many acquires of one owner at once, over and over: the owner ends up
+// with exactly one slot, and every answer names it.
+func TestOneOwnerRacingItselfGetsOneSlot(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	const rounds, racers, limit = 15, 8, 3
+	for round := range rounds {
+		lock := fmt.Sprintf("self-race-%d", round)
+		// Other owners hold some slots in some rounds, so that the owner's
+		// preferred slot is sometimes taken.
+		for i := range round % limit {
+			if a, err := locks.New(env.Client, nil).Acquire(ctx, ns, lock, fmt.Sprintf("other-%d", i), 30, limit); err != nil || !a.Acquired {
+				t.Fatal(a, err)
+			}
+		}
+		answers := make([]locks.Acquired, racers)
+		errs := make([]error, racers)
+		var wg sync.WaitGroup
+		for i := range racers {
+			// Separate clients, as separate route replicas or processes.
+			l := locks.New(env.Client, nil)
+			wg.Go(func() { answers[i], errs[i] = l.Acquire(ctx, ns, lock, "me", 30, limit) })
+		}
+		wg.Wait()
+		var list locksv1alpha1.QueenLockList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
+			t.Fatal(err)
+		}
+		var mine []int32
+		for _, p := range list.Items {
+			if p.Spec.Owner == "me" && p.DeletionTimestamp.IsZero() {
+				mine = append(mine, p.Spec.Slot)
+			}
+		}
+		if len(mine) != 1 {
+			t.Fatalf("round %d: owner holds slots %v", round, mine)
+		}
+		for i, a := range answers {
+			if errs[i] != nil {
+				t.Fatalf("round %d: %v", round, errs[i])
+			}
+			if !a.Acquired || int32(a.Slot) != mine[0] {
+				t.Fatalf("round %d: answer %+v, but the owner holds slot %d", round, a, mine[0])
+			}
+		}
+	}
+}
+
+func TestQuotaIsAnAnswer(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	q := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "locks"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/queenlocks.locks.queen.dev": resource.MustParse("1")}},
+	}
+	if err := env.Client.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	// The quota controller is not running here: fill in the status as it
+	// would, and the quota admission counts from there.
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{"count/queenlocks.locks.queen.dev": resource.MustParse("0")}}
+	if err := env.Client.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	l := locks.New(env.Client, nil)
+	if a, err := l.Acquire(ctx, ns, "q0", "a", 30, 1); err != nil || !a.Acquired {
+		t.Fatal(a, err)
+	}
+	for _, limit := range []int{1, 3} {
+		a, err := l.Acquire(ctx, ns, "q1", "a", 30, limit)
+		if err != nil || a.Acquired || a.Reason != locks.ReasonQuota {
+			t.Fatalf("acquire past the quota, limit %d: %+v %v", limit, a, err)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package route
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Limits bound what callers can make the route hold, so that no caller,
+// slow or fast, can exhaust the manager, which also serves the webhooks
+// every lock write and guarded write waits for.
+type Limits struct {
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, headers and body.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a call from the end of its headers to the end of
+	// its answer. It must exceed the longest wait plus OpTimeout.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds how long a kept-alive connection waits for its next
+	// request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes int
+	// MaxConnections bounds open connections; more wait to be accepted.
+	MaxConnections int
+	// MaxCalls bounds calls in progress; more are answered 429.
+	MaxCalls int
+	// MaxCallsPerCaller bounds one caller's calls in progress, so one
+	// caller cannot take every slot of MaxCalls; more are answered 429.
+	MaxCallsPerCaller int
+	// MaxBodyMemory bounds the bytes of request bodies held at once (each
+	// counts its Content-Length, or MaxBody when it sends none); a call
+	// whose body does not fit is answered 429.
+	MaxBodyMemory int64
+}
+
+// DefaultLimits are the route's limits unless configured otherwise: about
+// 64 MiB of bodies (a few times that while they are decoded) at worst, well
+// under the chart's memory limit.
+func DefaultLimits() Limits {
+	return Limits{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      MaxWait + 30*time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		MaxConnections:    1024,
+		MaxCalls:          512,
+		MaxCallsPerCaller: 64,
+		MaxBodyMemory:     64 << 20,
+	}
+}
+
+// LargeBody is the size from which bodies are decoded one at a time. A
+// call of 64 operations with plain names and owners of the longest stays
+// under it; a larger call waits its turn, it is not refused.
+const LargeBody = 64 << 10
+
+// MaxWait is the longest an acquire may wait for a slot (waitSeconds).
+const MaxWait = 60 * time.Second
+
+// RetryAfter is what a 429 tells the caller to wait, in seconds.
+const RetryAfter = 1
+
+// check refuses limits that cannot work, naming the flag.
+func (l Limits) check(opTimeout time.Duration) error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--route-read-header-timeout", l.ReadHeaderTimeout}, {"--route-read-timeout", l.ReadTimeout}, {"--route-idle-timeout", l.IdleTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s is %s: it must be above 0", d.flag, d.v)
+		}
+	}
+	if min := MaxWait + opTimeout; l.WriteTimeout <= min {
+		return fmt.Errorf("--route-write-timeout is %s: it must exceed the longest wait (%s) plus the operation timeout (%s), or waiting calls would be cut off", l.WriteTimeout, MaxWait, opTimeout)
+	}
+	for _, n := range []struct {
+		flag string
+		v    int64
+	}{{"--route-max-header-bytes", int64(l.MaxHeaderBytes)}, {"--route-max-connections", int64(l.MaxConnections)},
+		{"--route-max-calls", int64(l.MaxCalls)}, {"--route-max-calls-per-caller", int64(l.MaxCallsPerCaller)}} {
+		if n.v < 1 {
+			return fmt.Errorf("%s is %d: it must be at least 1", n.flag, n.v)
+		}
+	}
+	if l.MaxBodyMemory < MaxBody {
+		return fmt.Errorf("--route-max-body-memory is %d bytes: it must hold at least one largest body (%d bytes)", l.MaxBodyMemory, MaxBody)
+	}
+	return nil
+}
+
+// admission counts calls in progress, in all and per caller, and the bytes
+// of bodies held. Callers are counted only while they have calls in
+// progress, so the map stays as small as the calls.
+type admission struct {
+	max, perCaller int
+	bodies         *semaphore.Weighted
+	// decoding lets one large body be decoded at a time: decoding is the
+	// CPU a flood of large bodies costs, and the webhooks in this process
+	// must keep the rest.
+	decoding *semaphore.Weighted
+
+	mu      sync.Mutex
+	calls   int
+	callers map[string]int
+}
+
+func newAdmission(l Limits) *admission {
+	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
+		decoding: semaphore.NewWeighted(1), callers: map[string]int{}}
+}
+
+// enter admits one call, or answers false when MaxCalls are in progress.
+func (a *admission) enter() (leave func(), ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.calls >= a.max {
+		return nil, false
+	}
+	a.calls++
+	callsInFlight.Inc()
+	return sync.OnceFunc(func() {
+		a.mu.Lock()
+		a.calls--
+		a.mu.Unlock()
+		callsInFlight.Dec()
+	}), true
+}
+
+// enterCaller admits one call of a caller, or answers false when that
+// caller has MaxCallsPerCaller in progress.
+func (a *admission) enterCaller(name string) (leave func(), ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.callers[name] >= a.perCaller {
+		return nil, false
+	}
+	a.callers[name]++
+	return sync.OnceFunc(func() {
+		a.mu.Lock()
+		if a.callers[name]--; a.callers[name] == 0 {
+			delete(a.callers, name)
+		}
+		a.mu.Unlock()
+	}), true
+}
+
+// holdBody reserves memory for a body of n bytes, or answers false when it
+// does not fit now.
+func (a *admission) holdBody(n int64) (release func(), ok bool) {
+	if !a.bodies.TryAcquire(n) {
+		return nil, false
+	}
+	return sync.OnceFunc(func() { a.bodies.Release(n) }), true
+}

@@ -24,3 +24,34 @@ image: ## Build the manager image without Docker: bin/queen-locks-image.tar, an 
 image-test: tools image ## Check the image: reproducible, and its entrypoint, unpacked and run as uid 65532, serves the local control plane.
 	cd hack/image && go test -count=1 ./...
 	QUEEN_LOCKS_IMAGE=$(IMAGE_ARCHIVE) go test -count=1 -v ./test/e2e/image/
+
+# The rest of the control plane and the node, from hack/node: the same
+# Kubernetes release as hack/kube's kube-apiserver, in a module of their own
+# so that a change here never rebuilds kube-apiserver.
+NODE_TOOLS := kube-controller-manager kube-scheduler kube-proxy kubelet
+
+.PHONY: node-tools
+node-tools: ## Build kube-controller-manager, kube-scheduler, kube-proxy and the kubelet into bin/ (make e2e's node).
+	for t in $(NODE_TOOLS); do hack/build-tools.sh $$t hack/node k8s.io/kubernetes/cmd/$$t; done
+
+# The node's sandbox (pause) image and the image examples/cronjob runs in
+# the e2e test (queenlock and a report that sleeps), built like the
+# manager's: nothing can be pulled on the node.
+E2E_DIR := $(BIN)/e2e
+
+.PHONY: e2e-images e2e
+e2e-images: image
+	mkdir -p $(E2E_DIR)
+	cd hack/image && CGO_ENABLED=0 go build $(IMAGE_GOFLAGS) -o $(E2E_DIR)/pause ./pause
+	CGO_ENABLED=0 go build $(IMAGE_GOFLAGS) -o $(E2E_DIR)/report ./test/e2e/report
+	$(BIN)/image-tool -out $(E2E_DIR)/pause.tar -name queen-locks.test/e2e/pause:1 -entrypoint /pause \
+		-file /pause=$(E2E_DIR)/pause
+	$(BIN)/image-tool -out $(E2E_DIR)/report.tar -name queen-locks.test/e2e/report:1 -entrypoint /queenlock \
+		-file /queenlock=$(BIN)/image/queenlock -file /report=$(E2E_DIR)/report
+
+E2E_FLAGS ?=
+
+e2e: tools node-tools e2e-images ## A whole cluster with a real node (as root; containerd, runc, CNI plugins, iptables from Debian): helm install, failover, examples/cronjob, upgrade, uninstall. Leaves nothing running.
+	hack/node/runtime.sh
+	go test -c -o $(E2E_DIR)/cluster.test ./test/e2e/cluster
+	cd test/e2e/cluster && QUEEN_LOCKS_E2E=1 $(E2E_DIR)/cluster.test -test.v -test.timeout 45m $(E2E_FLAGS)

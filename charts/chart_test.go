@@ -38,6 +38,16 @@ func run(t *testing.T, name string, args ...string) string {
 func objects(t *testing.T, stream string) map[string]*unstructured.Unstructured {
 	t.Helper()
 	out := map[string]*unstructured.Unstructured{}
+	for _, u := range list(t, stream) {
+		out[u.GetKind()+"/"+u.GetName()] = u
+	}
+	return out
+}
+
+// list splits a YAML stream into objects, in order.
+func list(t *testing.T, stream string) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
 	for _, doc := range strings.Split(stream, "\n---") {
 		js, err := yaml.YAMLToJSON([]byte(doc))
 		if err != nil {
@@ -50,7 +60,7 @@ func objects(t *testing.T, stream string) map[string]*unstructured.Unstructured 
 		if err := u.UnmarshalJSON(js); err != nil {
 			t.Fatalf("rendered object does not decode: %v\n%s", err, doc)
 		}
-		out[u.GetKind()+"/"+u.GetName()] = u
+		out = append(out, u)
 	}
 	return out
 }
@@ -104,7 +114,8 @@ func TestDefaults(t *testing.T) {
 	}
 	c := field(t, dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
 	args := strings.Join(toStrings(c["args"]), " ")
-	for _, want := range []string{"--auth=token", "--leader-elect=true", "--route-address=:6632", "--expiry-grace=1s"} {
+	for _, want := range []string{"--auth=token", "--leader-elect=true", "--route-address=:6632", "--expiry-grace=1s",
+		"--route-audiences=queen-locks", "--route-tls-cert-dir=/tmp/k8s-webhook-server/serving-certs"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
@@ -149,6 +160,12 @@ func TestDefaults(t *testing.T) {
 	if b, _ := pem.Decode(leaf); b == nil || !strings.Contains(string(leaf), "CERTIFICATE") {
 		t.Error("tls.crt is not a PEM certificate")
 	}
+	// The route serves TLS with the same certificate, and its CA is
+	// published for callers.
+	caPEM, _ := base64.StdEncoding.DecodeString(ca)
+	if got := field(t, get(t, objs, "ConfigMap/queen-locks-ca"), "data", "ca.crt"); strings.TrimSpace(got.(string)) != strings.TrimSpace(string(caPEM)) {
+		t.Errorf("ConfigMap queen-locks-ca holds %q, want the webhooks' CA", got)
+	}
 	for kind, want := range map[string]int{"MutatingWebhookConfiguration": 2, "ValidatingWebhookConfiguration": 1} {
 		whs := field(t, get(t, objs, kind+"/queen-locks"), "webhooks").([]any)
 		if len(whs) != want {
@@ -172,7 +189,7 @@ func TestDefaults(t *testing.T) {
 
 func TestOtherValues(t *testing.T) {
 	objs := render(t, "webhook.certificate.source=certManager", "serviceMonitor.enabled=true", "crds.install=false",
-		"networkPolicy.enabled=true", "auth=none", "replicas=3")
+		"networkPolicy.enabled=true", "replicas=3")
 	if _, ok := objs["CustomResourceDefinition/queenlocks.locks.queen.dev"]; ok {
 		t.Error("CRD rendered with crds.install=false")
 	}
@@ -195,15 +212,95 @@ func TestOtherValues(t *testing.T) {
 	if r := field(t, get(t, objs, "Deployment/queen-locks"), "spec", "replicas"); r != int64(3) {
 		t.Errorf("replicas %v", r)
 	}
-	// With auth none the manager acts for callers, so it may create and update.
-	rules := field(t, get(t, objs, "ClusterRole/queen-locks-manager"), "rules").([]any)
-	if verbs := strings.Join(toStrings(rules[1].(map[string]any)["verbs"]), ","); !strings.Contains(verbs, "create") {
-		t.Errorf("auth=none manager verbs %s", verbs)
+	// cert-manager's CA is not known when the chart renders.
+	if _, ok := objs["ConfigMap/queen-locks-ca"]; ok {
+		t.Error("a CA ConfigMap rendered with certManager")
 	}
 	// A wrong certificate source is refused with a clear message.
 	out, err := exec.Command(helm, "template", "x", chart, "--set", "webhook.certificate.source=magic").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "helm or certManager") {
 		t.Errorf("bad certificate source: %v %s", err, out)
+	}
+}
+
+// auth=none serves every caller unverified: the chart refuses to render it,
+// whatever else is set.
+func TestAuthNoneIsRefused(t *testing.T) {
+	for _, sets := range []string{"auth=none", "auth=none,webhook.certificate.source=certManager", "auth=anything"} {
+		out, err := exec.Command(helm, "template", "x", chart, "--set", sets).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "renders only auth=token") {
+			t.Errorf("%s: %v %s", sets, err, out)
+		}
+	}
+}
+
+// The route can serve plain HTTP, and its CA can be copied where callers
+// run; the audiences and limits reach the manager's flags.
+func TestRouteValues(t *testing.T) {
+	objs := render(t, "route.tls.enabled=false")
+	args := strings.Join(toStrings(field(t, get(t, objs, "Deployment/queen-locks"), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["args"]), " ")
+	if strings.Contains(args, "--route-tls-cert-dir") {
+		t.Errorf("args %q serve TLS with route.tls.enabled=false", args)
+	}
+	if _, ok := objs["ConfigMap/queen-locks-ca"]; ok {
+		t.Error("a CA ConfigMap rendered without TLS")
+	}
+	sets := []string{"route.tls.caNamespaces={team-a,team-b}", "route.audiences={queen-locks,other}",
+		"route.limits.max-calls=100", "route.limits.max-body-memory=67108864"}
+	objs = render(t, sets...)
+	args = strings.Join(toStrings(field(t, get(t, objs, "Deployment/queen-locks"), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["args"]), " ")
+	for _, want := range []string{"--route-audiences=queen-locks,other", "--route-max-calls=100", "--route-max-body-memory=67108864"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	var nss []string
+	args2 := []string{"template", "queen-locks", chart, "--namespace", "queen-locks"}
+	for _, set := range sets {
+		args2 = append(args2, "--set", set)
+	}
+	for _, o := range list(t, run(t, helm, args2...)) {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "queen-locks-ca" {
+			nss = append(nss, o.GetNamespace())
+		}
+	}
+	sortStrings(nss)
+	if d := cmp.Diff([]string{"queen-locks", "team-a", "team-b"}, nss); d != "" {
+		t.Errorf("CA ConfigMaps in (-want +got):\n%s", d)
+	}
+}
+
+// The manager may do exactly what its code says it needs, as controller-gen
+// generates it into config/rbac/role.yaml from the +kubebuilder:rbac markers:
+// nothing more.
+func TestManagerRoleIsTheGeneratedOne(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	generated := get(t, objects(t, string(raw)), "ClusterRole/queen-locks-manager")
+	if d := cmp.Diff(normRules(t, generated), normRules(t, get(t, render(t), "ClusterRole/queen-locks-manager"))); d != "" {
+		t.Errorf("manager rules differ (-generated +chart):\n%s", d)
+	}
+}
+
+// Workloads get the rights the route checks, through two aggregated roles.
+func TestWorkloadRoles(t *testing.T) {
+	objs := render(t)
+	for name, want := range map[string]struct {
+		rules     []string
+		aggregate string
+	}{
+		"queen-locks-holder": {[]string{"locks.queen.dev|queenlocks|create,delete,get,list,patch,update,watch"}, "rbac.authorization.k8s.io/aggregate-to-edit"},
+		"queen-locks-viewer": {[]string{"locks.queen.dev|queenlocks|get,list,watch"}, "rbac.authorization.k8s.io/aggregate-to-view"},
+	} {
+		role := get(t, objs, "ClusterRole/"+name)
+		if d := cmp.Diff(want.rules, normRules(t, role)); d != "" {
+			t.Errorf("%s rules (-want +got):\n%s", name, d)
+		}
+		if role.GetLabels()[want.aggregate] != "true" {
+			t.Errorf("%s labels %v lack %s", name, role.GetLabels(), want.aggregate)
+		}
 	}
 }
 

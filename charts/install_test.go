@@ -136,7 +136,8 @@ func TestTheChartRBACIsEnoughForTheManager(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := e.Clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "job", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	tr, err := e.Clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "job", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{route.Audience}}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,16 +48,30 @@ func testEnv(t *testing.T, lang string) (url, ns string, environ []string) {
 func runTests(t *testing.T, lang string, argv ...string) string {
 	t.Helper()
 	_, _, environ := testEnv(t, lang)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), runnerTimeout())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = root, environ
+	// node --test runs each file in a process of its own: on a timeout, end
+	// the whole group, and do not wait for its pipes forever.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	t.Logf("$ %s\n%s", strings.Join(argv, " "), out)
 	if err != nil {
 		t.Fatalf("%s: %v (its output is above)", strings.Join(argv, " "), err)
 	}
 	return string(out)
+}
+
+// runnerTimeout bounds a runner: QUEEN_LOCKS_RUNNER_TIMEOUT (a duration), or
+// 10 minutes.
+func runnerTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("QUEEN_LOCKS_RUNNER_TIMEOUT")); err == nil {
+		return d
+	}
+	return 10 * time.Minute
 }
 
 func TestPythonHandle(t *testing.T) {

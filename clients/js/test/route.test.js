@@ -128,10 +128,10 @@ describe('renew', { skip: live }, () => {
     assert.deepEqual(await c.holders(name), [])
   })
 
-  it('retries a call whose answer was lost, with the same owner', async () => {
+  it('retries a call whose answer was lost, with the same owner', async (t) => {
     const c = client()
     const name = unique('retried')
-    const proxy = await Proxy.start(URL_)
+    const proxy = await Proxy.start(t, URL_)
     const h = client(proxy.url).lock(name, { ttl: '3s' })
     proxy.drop = 1 // the acquire lands, its answer does not come back
     assert.equal(await h.acquire({ wait: '10s' }), true)
@@ -149,7 +149,6 @@ describe('renew', { skip: live }, () => {
     [holder] = await c.holders(name)
     assert.deepEqual([holder.owner, holder.token], [h.owner, h.token])
     await h.release()
-    proxy.cut()
   })
 })
 
@@ -176,13 +175,13 @@ describe('loss', { skip: live }, () => {
     await h.release() // nothing held: a no-op
   })
 
-  it('gives up on a route that stops answering, on the local clock', async () => {
+  it('gives up on a route that stops answering, on the local clock', async (t) => {
     const c = client()
     const name = unique('cut-off')
     const ttl = 2000
     // Requests reach the route 300 ms after they are sent, so the server's
     // lifetime starts later than the one the handle counts.
-    const proxy = await Proxy.start(URL_, { delay: 300 })
+    const proxy = await Proxy.start(t, URL_, { delay: 300 })
     const h = client(proxy.url).lock(name, { ttl })
     const renewed = later()
     const lost = later()
@@ -205,7 +204,7 @@ describe('loss', { skip: live }, () => {
 })
 
 describe('run', { skip: live }, () => {
-  it('waits for the holder, and gives up when the wait ends', async () => {
+  it('waits for the holder, and gives up when the wait ends', async (t) => {
     const c = client()
     const name = unique('turn')
     const holder = c.lock(name, { ttl: '30s' })
@@ -215,7 +214,7 @@ describe('run', { skip: live }, () => {
     assert.equal(await c.lock(name, { ttl: '30s' }).run(() => { ran = true }, { wait: 300 }), false)
     assert.equal(ran, false)
 
-    const proxy = await Proxy.start(URL_)
+    const proxy = await Proxy.start(t, URL_)
     const waiter = client(proxy.url).lock(name, { ttl: '30s' })
     let seen
     const running = waiter.run(async (signal) => {
@@ -229,7 +228,6 @@ describe('run', { skip: live }, () => {
     assert.ok(seen.token > holder.token)
     assert.equal(waiter.held, false)
     assert.deepEqual(await c.holders(name), [], 'run releases even when the job fails')
-    proxy.cut()
   })
 
   it('hands the job a signal that is aborted when the lock is lost', { skip: withKubectl }, async () => {

@@ -97,14 +97,17 @@ export class Proxy {
   #server
   #sockets = new Set()
 
-  static async start (target, { delay = 0 } = {}) {
+  /** Starts a proxy to target; it is cut when test t ends. */
+  static async start (t, target, { delay = 0 } = {}) {
     const p = new Proxy()
     p.delay = delay
-    const t = new URL(target)
-    p.#server = net.createServer((c) => p.#connect(c, t.hostname, Number(t.port)))
+    const to = new URL(target)
+    const [host, port] = [to.hostname, Number(to.port)]
+    p.#server = net.createServer((c) => p.#connect(c, host, port))
     await new Promise((resolve) => p.#server.listen(0, '127.0.0.1', resolve))
-    t.host = `127.0.0.1:${p.#server.address().port}`
-    p.url = t.toString()
+    t.after(() => p.cut())
+    to.host = `127.0.0.1:${p.#server.address().port}`
+    p.url = to.toString()
     return p
   }
 
@@ -115,19 +118,22 @@ export class Proxy {
     const s = net.connect(port, host)
     for (const sock of [c, s]) {
       this.#sockets.add(sock)
-      sock.on('error', () => {})
-      sock.on('close', () => { this.#sockets.delete(sock); c.destroy(); s.destroy() })
+      sock.on('error', () => { c.destroy(); s.destroy() })
+      sock.on('close', () => this.#sockets.delete(sock))
     }
-    const delay = this.delay
+    c.on('close', () => s.destroy())
+    // The request, each piece held back by delay; its end passed on after them.
+    let pending = Promise.resolve()
     c.on('data', (data) => {
-      if (!delay) return s.write(data)
-      c.pause()
-      setTimeout(() => { s.write(data); c.resume() }, delay)
+      pending = pending.then(() => this.delay && delay(this.delay)).then(() => { s.write(data) })
     })
-    s.on('data', (data) => {
-      if (drop) { c.destroy(); s.destroy(); return } // a dropped answer: the client sees the connection close
-      c.write(data)
-    })
+    c.on('end', () => { pending = pending.then(() => s.end()) })
+    if (drop) {
+      // A dropped answer: the request got there, the client sees the connection close.
+      s.once('data', () => { c.destroy(); s.destroy() })
+    } else {
+      s.pipe(c)
+    }
   }
 
   cut () {
@@ -135,3 +141,5 @@ export class Proxy {
     for (const sock of this.#sockets) sock.destroy()
   }
 }
+
+const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms))

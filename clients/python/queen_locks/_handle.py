@@ -421,8 +421,11 @@ class Handle:
             return False
         try:
             fn(self)
-        finally:
-            self._release_after_run()
+        except BaseException:
+            # fn's exception is the one to see, whatever the release meets.
+            self._release_after_run(quiet=True)
+            raise
+        self._release_after_run()
         return True
 
     def __enter__(self):

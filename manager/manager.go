@@ -26,6 +26,7 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/controllers"
+	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/route"
 	"github.com/queen-locks/queen-locks/webhook"
 )
@@ -141,6 +142,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			Mapper:           mgr.GetRESTMapper(),
 			Clock:            o.Clock,
 			Log:              ctrl.Log.WithName("route"),
+			Locks: []locks.Option{
+				locks.WithGrace(o.ExpiryGrace),
+				locks.WithVersions(locks.CachedVersions(mgr.GetCache())),
+			},
 		})
 		if err != nil {
 			return nil, err

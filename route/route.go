@@ -37,7 +37,7 @@ import (
 
 // The route writes permits with the manager's identity, for callers it has
 // authorized.
-// +kubebuilder:rbac:groups=locks.queen.dev,resources=queenlocks,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=locks.queen.dev,resources=queenlocks,verbs=get;list;watch;create;update;patch;delete
 
 // Auth modes.
 const (
@@ -84,6 +84,9 @@ type Config struct {
 	Log    logr.Logger
 	// OpTimeout bounds each operation's calls to the API server.
 	OpTimeout time.Duration
+	// Locks adjusts how operations are carried out: the skew grace, and the
+	// informer that spares a release its read.
+	Locks []locks.Option
 }
 
 // Server is the route. It is a manager Runnable that every replica runs.
@@ -144,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the route's client: %w", err)
 	}
-	s.self = locks.New(c, cfg.Clock)
+	s.self = locks.New(c, cfg.Clock, cfg.Locks...)
 	if cfg.TLSCertDir != "" {
 		// Read now, so a missing or bad certificate stops the manager at
 		// start rather than failing every caller's handshake.
@@ -442,10 +445,10 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 	return results, worst
 }
 
-// do carries out one operation with the manager's identity. The caller is
-// carried down to here for what the operation records of who asked.
+// do carries out one operation with the manager's identity. A permit the
+// caller acquires records the caller's pod, when its token is bound to one,
+// so that the permit is freed as soon as that pod is gone.
 func (s *Server) do(ctx context.Context, caller Caller, ns string, i int, op Operation) (wire.Result, error) {
-	_ = caller
 	lc := s.self
 	res := wire.Result{Index: i, Op: op.Op, Name: op.Name}
 	switch op.Op {
@@ -454,7 +457,7 @@ func (s *Server) do(ctx context.Context, caller Caller, ns string, i int, op Ope
 		if owner == "" {
 			owner = locks.MintOwner("route-")
 		}
-		a, err := lc.Acquire(ctx, ns, op.Name, owner, op.TTLSeconds, op.Limit)
+		a, err := lc.Acquire(ctx, ns, op.Name, owner, op.TTLSeconds, op.Limit, locks.HolderPod(caller.PodName, caller.PodUID))
 		if err != nil {
 			return res, err
 		}

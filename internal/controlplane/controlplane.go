@@ -30,6 +30,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/manager"
 	"github.com/queen-locks/queen-locks/route"
 )
@@ -303,6 +304,11 @@ func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err err
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = 10 * time.Second
+	}
+	if c.Locks == nil {
+		// As the manager runs it: the same grace as its webhook, and its
+		// informer as a source of permit versions.
+		c.Locks = []locks.Option{locks.WithGrace(e.Grace), locks.WithVersions(locks.CachedVersions(e.Manager.GetCache()))}
 	}
 	c.Addr = "127.0.0.1:0"
 	srv, err := route.New(c)

@@ -1,35 +1,61 @@
 // Command dev is make dev: a local control plane (etcd and kube-apiserver
 // built by the project), the CRD and webhooks installed, and the manager
 // serving the route on localhost:6632 with --auth=none. It writes
-// .dev/kubeconfig and stops everything it started on Ctrl-C or SIGTERM.
+// .dev/kubeconfig and stops everything it started on Ctrl-C or SIGTERM,
+// however many arrive and in whatever order.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
-
-	ctrl "sigs.k8s.io/controller-runtime"
+	"syscall"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/route"
 )
 
 func main() {
-	addr := flag.String("route-address", "127.0.0.1:6632", "Address of the HTTP route.")
+	addr := flag.String("route-address", envOr("QUEEN_LOCKS_DEV_ROUTE_ADDRESS", "127.0.0.1:6632"), "Address of the HTTP route; a loopback address, as the route runs with --auth=none (env QUEEN_LOCKS_DEV_ROUTE_ADDRESS).")
 	ns := flag.String("namespace", "default", "Namespace of calls that name none.")
-	dir := flag.String("dir", ".dev", "Directory for the kubeconfig.")
+	dir := flag.String("dir", envOr("QUEEN_LOCKS_DEV_DIR", ".dev"), "Directory for the kubeconfig (env QUEEN_LOCKS_DEV_DIR).")
 	flag.Parse()
-	ctx := ctrl.SetupSignalHandler()
+	// The signals are ours from the start, and stay ours: a SIGTERM to the
+	// whole process group reaches this process twice (directly, and from
+	// make passing it on), Ctrl-C may be pressed twice, and the parent's
+	// death sends one more. Any of them stops everything once; none of them
+	// may end the process before etcd and kube-apiserver are stopped, which
+	// run in process groups of their own and would be left behind.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	stop := make(chan struct{})
+	go func() {
+		s := <-sigs
+		fmt.Fprintf(os.Stderr, "make dev: %v: stopping\n", s)
+		close(stop)
+		for s := range sigs {
+			fmt.Fprintf(os.Stderr, "make dev: %v: already stopping the manager, kube-apiserver and etcd\n", s)
+		}
+	}()
 	stopWithParent()
-	if err := run(ctx.Done(), *addr, *ns, *dir); err != nil {
+	if err := run(stop, *addr, *ns, *dir); err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(1)
 	}
 }
 
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func run(stop <-chan struct{}, addr, ns, dir string) error {
+	// A signal while this starts is kept in stop: the control plane is then
+	// stopped as soon as it is up, never left running.
 	env, err := controlplane.Start(controlplane.Options{
 		Verbose:          true,
 		RouteAddr:        addr,

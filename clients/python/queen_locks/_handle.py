@@ -13,7 +13,7 @@ import threading
 import time
 import unicodedata
 
-from ._errors import LockLost, NotAcquired, RouteError, Unavailable
+from ._errors import LockLost, NotAcquired, QueenLocksError, RouteError, Unavailable
 from ._route import CALL_TIMEOUT, MAX_WAIT_SECONDS, Route
 
 log = logging.getLogger("queen_locks")
@@ -32,6 +32,9 @@ MAX_LIMIT = 1024
 _POLL_FIRST, _POLL_MAX = 0.1, 1.0
 # A release that gets no answer is retried for at most this long.
 _RELEASE_RETRY = 10.0
+# How often acquire asks again when a permit the route says is already ours
+# is lost before it could be renewed.
+_ALREADY_TRIES = 3
 
 
 def mint_owner():
@@ -140,6 +143,8 @@ class _Lease:
         self.expires_at = _parse_time(answer.get("expiresAt"))
         self.guard = answer.get("guard")
         self.held = True
+        self.renew_seq = 0  # renews sent so far
+        self.renewing = None  # while a renew is in flight: an Event set when it has answered
         self.stop = threading.Event()  # set to end the renew and watch threads
         self.renewer = None
 
@@ -172,6 +177,8 @@ class Handle:
         self._mu = threading.Lock()  # the fields below
         self._cond = threading.Condition(self._mu)
         self._lease = None
+        # An acquire or release got no answer: the route may hold a permit of ours.
+        self._unsure = False
         self._reason = None
         self._holders = []
         self._lost = threading.Event()
@@ -316,33 +323,63 @@ class Handle:
 
     def _try(self, wait_seconds):
         """One acquire call. Answers (won, the call waited at the route)."""
-        sent = time.monotonic()
-        r, asked = self._route.acquire(self._name, self._owner, self._ttl_seconds, self._limit, wait_seconds)
-        took = time.monotonic() - sent
-        if not r.get("acquired"):
-            with self._mu:
-                self._reason = r.get("reason")
-                self._holders = r.get("holders") or []
-            return False, asked > 0 and took >= asked
-        deadline = sent + self._ttl
-        if r.get("already"):
-            # We held it before this call (an earlier answer was lost): the
-            # server's expiry, on our clock, bounds our deadline too.
-            expires = _parse_time(r.get("expiresAt"))
-            if expires is not None:
-                deadline = min(deadline, time.monotonic() + (expires.timestamp() - time.time()))
-        lease = _Lease(int(r.get("slot", 0)), int(r["token"]), deadline, r)
+        for _ in range(_ALREADY_TRIES):
+            sent = time.monotonic()
+            try:
+                r, asked = self._route.acquire(self._name, self._owner, self._ttl_seconds, self._limit, wait_seconds)
+            except Unavailable:
+                self._set_unsure()
+                raise
+            took = time.monotonic() - sent
+            if not r.get("acquired"):
+                # The route answers already, not held, to an owner that
+                # holds a permit: this one holds none.
+                with self._mu:
+                    self._reason = r.get("reason")
+                    self._holders = r.get("holders") or []
+                    self._unsure = False
+                return False, asked > 0 and took >= asked
+            if not r.get("already"):
+                self._start(int(r.get("slot", 0)), int(r["token"]), sent, r)
+                return True, False
+            # The permit was already ours: an earlier acquire whose answer
+            # was lost, or a release that did not get through. Its lifetime
+            # was counted from a write we may never have seen, and expiresAt
+            # is a reading of the server's wall clock, which cannot be
+            # compared with ours. So renew it at once and count from when
+            # that renew was sent, on our monotonic clock.
+            slot, token = int(r.get("slot", 0)), int(r["token"])
+            sent = time.monotonic()
+            try:
+                rn = self._route.renew(self._name, slot, token, self._owner, self._ttl_seconds, timeout=CALL_TIMEOUT)
+            except Unavailable:
+                self._set_unsure()
+                raise
+            if rn.get("renewed"):
+                self._start(slot, int(rn["token"]), sent, rn)
+                return True, False
+            # It expired or was deleted between the two answers: ask again.
+        raise QueenLocksError(f"acquiring {self._name!r}: a permit the route said was ours was lost "
+                              f"{_ALREADY_TRIES} times before it could be renewed")
+
+    def _set_unsure(self):
+        with self._mu:
+            self._unsure = True
+
+    def _start(self, slot, token, sent, answer):
+        """Records a won permit, its deadline counted from sent, and starts
+        renewing it."""
+        lease = _Lease(slot, token, sent + self._ttl, answer)
         with self._mu:
             if self._lost.is_set():
                 self._lost = threading.Event()
-            self._lease, self._reason, self._holders = lease, None, []
+            self._lease, self._reason, self._holders, self._unsure = lease, None, [], False
         lease.renewer = threading.Thread(target=self._renew, args=(lease,), daemon=True,
                                          name=f"queen-locks-renew {self._name}")
         watch = threading.Thread(target=self._watch, args=(lease,), daemon=True,
                                  name=f"queen-locks-watch {self._name}")
         lease.renewer.start()
         watch.start()
-        return True, False
 
     def release(self):
         """Stops renewing and releases the permit. A no-op when nothing is
@@ -351,11 +388,15 @@ class Handle:
         then ends with its lifetime)."""
         with self._op:
             with self._mu:
-                lease = self._lease
-                if lease is None or not lease.held:
-                    return
-                lease.stop.set()
-                self._cond.notify_all()
+                lease, unsure = self._lease, self._unsure
+                holding = lease is not None and lease.held
+                if holding:
+                    lease.stop.set()
+                    self._cond.notify_all()
+            if not holding:
+                if unsure:
+                    self._release_unsure()
+                return
             if lease.renewer is not threading.current_thread():
                 lease.renewer.join()  # an in-flight renew has landed or failed; its token is recorded
             with self._mu:
@@ -373,6 +414,7 @@ class Handle:
                 except Unavailable:
                     left = give_up - time.monotonic()
                     if left <= 0:
+                        self._set_unsure()
                         raise
                     unanswered = True
                     time.sleep(_jitter(poll, left))
@@ -381,24 +423,42 @@ class Handle:
             if not r.get("released") and not unanswered:
                 raise LockLost(self._name, r.get("reason") or "lost")
 
+    def _release_unsure(self):
+        """Releases the permits of our owner that an unanswered call may have
+        left: we never learnt their slot and token, so ask the route."""
+        for h in self._route.get(self._name).get("holders") or []:
+            if h.get("owner") == self._owner:
+                # Not ours any more is as good as released here.
+                self._route.release(self._name, h["slot"], h["token"], self._owner)
+        with self._mu:
+            self._unsure = False
+
     def check(self):
         """Asks the server whether the handle's token is still the permit's.
         When it is not, the lock counts as lost with reason guard. False when
         nothing is held."""
-        with self._mu:
-            lease = self._lease
-            if lease is None or not lease.held:
-                return False
-            token = lease.token
-        ok = bool(self._route.check(self._name, lease.slot, token).get("ok"))
-        if not ok:
+        while True:
             with self._mu:
-                # A renew may have landed between our read of the token and
-                # the check: only a check of the token we hold now counts.
-                current = lease.token == token
-            if current:
-                self._lose(lease, LOST_GUARD)
-        return ok
+                lease = self._lease
+                if lease is None or not lease.held:
+                    return False
+                token, seq, inflight = lease.token, lease.renew_seq, lease.renewing
+            if self._route.check(self._name, lease.slot, token).get("ok"):
+                return True
+            # Only a check of the token the lease still has counts. A renew
+            # that overlapped the check may have moved the permit to a new
+            # token before we recorded it: wait for its answer and check the
+            # token it leaves.
+            with self._mu:
+                if not lease.held or self._lease is not lease:
+                    return False  # released or lost meanwhile
+                overlapped = inflight is not None or lease.renew_seq != seq or lease.token != token
+                inflight = lease.renewing
+            if not overlapped:
+                self._lose(lease, LOST_GUARD, token=token)
+                return False
+            if inflight is not None:
+                inflight.wait()
 
     # Running something under the lock.
 
@@ -417,7 +477,7 @@ class Handle:
             return _Running(self, wait)
         if not callable(fn):
             raise TypeError(f"run: fn must be callable, got {type(fn).__name__}")
-        if not self.acquire(wait):
+        if not self._acquire_or_clean_up(wait):
             return False
         try:
             fn(self)
@@ -427,6 +487,18 @@ class Handle:
             raise
         self._release_after_run()
         return True
+
+    def _acquire_or_clean_up(self, wait):
+        """acquire(wait) for run: when it gives up on a route that did not
+        answer, release whatever an unanswered acquire may have taken."""
+        try:
+            return self.acquire(wait)
+        except Unavailable:
+            try:
+                self.release()
+            except QueenLocksError as e:
+                log.warning("releasing %r after the route did not answer: %s", self._name, e)
+            raise
 
     def __enter__(self):
         return _Running(self, None).__enter__()
@@ -459,43 +531,62 @@ class Handle:
                 return
             if time.monotonic() >= deadline:
                 return  # the watch thread counts it lost
-            sent = time.monotonic()
-            try:
-                r = self._route.renew(self._name, lease.slot, lease.token, self._owner, self._ttl_seconds,
-                                      timeout=max(0.05, deadline - sent))
-            except (Unavailable, RouteError) as e:
-                # No answer, or one we cannot act on (a token being rotated,
-                # say): keep trying, with the same token, until the deadline.
-                log.debug("renewing %r: %s", self._name, e)
-                next_at = time.monotonic() + retry
-                continue
-            if not r.get("renewed"):
-                self._lose(lease, LOST_RENEW)
-                return
-            if time.monotonic() >= deadline:
-                # It landed, but we learnt it only after our deadline: by
-                # then we had to assume the lease over, and we keep to that.
-                self._lose(lease, LOST_EXPIRED)
-                return
-            token = int(r["token"])
             with self._mu:
-                if not lease.held:
-                    return
-                if token >= lease.token:
-                    lease.token = token
-                    lease.guard = r.get("guard") or lease.guard
-                    lease.expires_at = _parse_time(r.get("expiresAt")) or lease.expires_at
-                lease.deadline = max(lease.deadline, sent + self._ttl)
-                next_at = lease.deadline - 2 * interval
-                self._cond.notify_all()
-                callbacks = list(self._on_renew)
-            for cb in callbacks:
-                try:
-                    cb(token)
-                except Exception:
-                    log.exception("queen_locks on_renew callback of %r", self._name)
-            if lease.stop.is_set():
+                lease.renew_seq += 1
+                lease.renewing = answered = threading.Event()
+            try:
+                outcome = self._renew_once(lease, deadline)
+            finally:
+                with self._mu:
+                    lease.renewing = None
+                answered.set()
+            if outcome is None:
                 return
+            # After a renew that got through, when two thirds of the new
+            # lifetime are left; after one that did not, soon, until the deadline.
+            next_at = outcome - 2 * interval if outcome else time.monotonic() + retry
+
+    def _renew_once(self, lease, deadline):
+        """Sends one renew with the token of the last answer and records its
+        answer. Answers the new deadline, False when it got no answer, None
+        when the loop should end."""
+        sent = time.monotonic()
+        try:
+            r = self._route.renew(self._name, lease.slot, lease.token, self._owner, self._ttl_seconds,
+                                  timeout=max(0.05, deadline - sent))
+        except (Unavailable, RouteError) as e:
+            # No answer, or one we cannot act on (a token being rotated,
+            # say): keep trying, with the same token, until the deadline.
+            log.debug("renewing %r: %s", self._name, e)
+            return False
+        if not r.get("renewed"):
+            self._lose(lease, LOST_RENEW)
+            return None
+        if time.monotonic() >= deadline:
+            # It landed, but we learnt it only after our deadline: by then we
+            # had to assume the lease over, and we keep to that.
+            self._lose(lease, LOST_EXPIRED)
+            return None
+        token = int(r["token"])
+        with self._mu:
+            if not lease.held:
+                return None
+            if token >= lease.token:
+                lease.token = token
+                lease.guard = r.get("guard") or lease.guard
+                lease.expires_at = _parse_time(r.get("expiresAt")) or lease.expires_at
+            lease.deadline = max(lease.deadline, sent + self._ttl)
+            new_deadline = lease.deadline
+            self._cond.notify_all()
+            callbacks = list(self._on_renew)
+        for cb in callbacks:
+            try:
+                cb(token)
+            except Exception:
+                log.exception("queen_locks on_renew callback of %r", self._name)
+        if lease.stop.is_set():
+            return None  # release is waiting for us: the token is recorded
+        return new_deadline
 
     def _watch(self, lease):
         with self._cond:
@@ -508,10 +599,11 @@ class Handle:
                 return
         self._lose(lease, LOST_EXPIRED)
 
-    def _lose(self, lease, reason):
-        """Marks lease lost, once, and tells whoever listens."""
+    def _lose(self, lease, reason, token=None):
+        """Marks lease lost, once, and tells whoever listens; with a token,
+        only while the lease still has that token."""
         with self._mu:
-            if not lease.held:
+            if not lease.held or (token is not None and lease.token != token):
                 return
             lease.held = False
             lease.stop.set()
@@ -536,7 +628,7 @@ class _Running:
 
     def __enter__(self):
         h = self._handle
-        if not h.acquire(self._wait):
+        if not h._acquire_or_clean_up(self._wait):
             raise NotAcquired(h.name, h.reason, h.holders)
         return h
 

@@ -180,6 +180,19 @@ class Renew(unittest.TestCase):
         self.assertEqual((holder["owner"], holder["token"]), (h.owner, h.token))
         h.release()
 
+    def test_release_after_an_unanswered_acquire_frees_what_it_took(self):
+        c, name = client(), unique("unsure")
+        proxy = Proxy(URL)
+        h = client(proxy.url).lock(name, 30)
+        proxy.drop = 1  # the acquire lands, its answer does not come back
+        with self.assertRaises(queen_locks.Unavailable):
+            h.acquire()
+        [holder] = c.holders(name)
+        self.assertEqual(holder["owner"], h.owner)
+        self.assertFalse(h.held)
+        h.release()
+        self.assertEqual(c.holders(name), [], "the permit the lost answer told of is still held")
+
 
 @live
 class Loss(unittest.TestCase):

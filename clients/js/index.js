@@ -35,6 +35,9 @@ const CALL_TIMEOUT_MS = 30_000
 const POLL_FIRST_MS = 100
 const POLL_MAX_MS = 1000
 const RELEASE_RETRY_MS = 10_000
+// How often acquire asks again when a permit the route says is already ours
+// is lost before it could be renewed.
+const ALREADY_TRIES = 3
 // Answers a proxy or the route gives when the call may or may not have been
 // applied: the same call sent again with the same owner converges.
 const ANSWERLESS = new Set([502, 503, 504])
@@ -331,6 +334,8 @@ export class Handle {
   #ttlSeconds
   #owner
   #lease = null
+  // An acquire or release got no answer: the route may hold a permit of ours.
+  #unsure = false
   #reason = null
   #holders = []
   #onLost = []
@@ -461,37 +466,61 @@ export class Handle {
 
   // One acquire call. Answers [won, the route waited the whole time asked].
   async #try (waitSeconds) {
-    const sent = now()
-    const [r, asked] = await this.#route.acquire(this.#name, this.#owner, this.#ttlSeconds, this.#limit, waitSeconds)
-    if (!r.acquired) {
-      this.#reason = r.reason ?? null
-      this.#holders = r.holders ?? []
-      return [false, asked > 0 && now() - sent >= asked * 1000]
+    for (let i = 0; i < ALREADY_TRIES; i++) {
+      let sent = now()
+      const [r, asked] = await this.#route.acquire(this.#name, this.#owner, this.#ttlSeconds, this.#limit, waitSeconds)
+        .catch((e) => { this.#unsure ||= e instanceof UnavailableError; throw e })
+      if (!r.acquired) {
+        // The route answers already, not held, to an owner that holds a
+        // permit: this one holds none.
+        this.#reason = r.reason ?? null
+        this.#holders = r.holders ?? []
+        this.#unsure = false
+        return [false, asked > 0 && now() - sent >= asked * 1000]
+      }
+      if (!r.already) {
+        this.#start(r.slot ?? 0, r.token, sent, r)
+        return [true, false]
+      }
+      // The permit was already ours: an earlier acquire whose answer was
+      // lost, or a release that did not get through. Its lifetime was
+      // counted from a write we may never have seen, and expiresAt is a
+      // reading of the server's wall clock, which cannot be compared with
+      // ours. So renew it at once and count from when that renew was sent,
+      // on our monotonic clock.
+      sent = now()
+      const rn = await this.#route.renew(this.#name, r.slot ?? 0, r.token, this.#owner, this.#ttlSeconds, CALL_TIMEOUT_MS)
+        .catch((e) => { this.#unsure ||= e instanceof UnavailableError; throw e })
+      if (rn.renewed) {
+        this.#start(r.slot ?? 0, rn.token, sent, rn)
+        return [true, false]
+      }
+      // It expired or was deleted between the two answers: ask again.
     }
-    let deadline = sent + this.#ttlMs
-    const expiresAt = r.expiresAt ? new Date(r.expiresAt) : undefined
-    if (r.already && expiresAt) {
-      // We held it before this call (an earlier answer was lost): the
-      // server's expiry, on our clock, bounds our deadline too.
-      deadline = Math.min(deadline, now() + (expiresAt.getTime() - Date.now()))
-    }
+    throw new QueenLocksError(`acquiring ${JSON.stringify(this.#name)}: a permit the route said was ours was lost ${ALREADY_TRIES} times before it could be renewed`)
+  }
+
+  // Records a won permit, its deadline counted from sent, and starts renewing it.
+  #start (slot, token, sent, answer) {
     this.#lease = {
-      slot: r.slot ?? 0,
-      token: r.token,
-      deadline,
-      expiresAt,
-      guard: r.guard,
+      slot,
+      token,
+      deadline: sent + this.#ttlMs,
+      expiresAt: answer.expiresAt ? new Date(answer.expiresAt) : undefined,
+      guard: answer.guard,
       held: true,
       stopped: false,
       controller: new AbortController(),
       renewTimer: null,
       watchTimer: null,
-      inflight: null
+      inflight: null,
+      renewSeq: 0, // renews sent so far
+      renewing: null // while a renew is in flight: a promise settled when it has answered
     }
     this.#reason = null
     this.#holders = []
+    this.#unsure = false
     this.#schedule(this.#lease)
-    return [true, false]
   }
 
   // Renew while two thirds of the lifetime we count are left; give up at the
@@ -512,8 +541,16 @@ export class Handle {
     else this.#lose(lease, LOST_EXPIRED)
   }
 
-  async #renew (lease) {
+  #renew (lease) {
     if (!lease.held || lease.stopped) return
+    lease.renewSeq++
+    const p = this.#renewOnce(lease).finally(() => { if (lease.renewing === p) lease.renewing = null })
+    lease.renewing = p
+    return p
+  }
+
+  // Sends one renew with the token of the last answer and records its answer.
+  async #renewOnce (lease) {
     const deadline = lease.deadline
     const sent = now()
     let r
@@ -581,7 +618,10 @@ export class Handle {
   release () {
     return this.#queued(async () => {
       const lease = this.#lease
-      if (!lease?.held) return
+      if (!lease?.held) {
+        if (this.#unsure) await this.#releaseUnsure()
+        return
+      }
       lease.stopped = true
       clearTimeout(lease.renewTimer)
       clearTimeout(lease.watchTimer)
@@ -599,6 +639,7 @@ export class Handle {
           break
         } catch (e) {
           const left = giveUp - now()
+          if (e instanceof UnavailableError && left <= 0) this.#unsure = true
           if (!(e instanceof UnavailableError) || left <= 0) throw e
           unanswered = true
           await sleep(jitter(poll, left))
@@ -610,20 +651,42 @@ export class Handle {
     })
   }
 
+  // Releases the permits of our owner that an unanswered call may have left:
+  // we never learnt their slot and token, so ask the route.
+  async #releaseUnsure () {
+    const { holders = [] } = await this.#route.get(this.#name)
+    for (const h of holders) {
+      // Not ours any more is as good as released here.
+      if (h.owner === this.#owner) await this.#route.release(this.#name, h.slot, h.token, this.#owner)
+    }
+    this.#unsure = false
+  }
+
   /**
    * Asks the server whether the handle's token is still the permit's. When
    * it is not, the lock counts as lost with reason guard. Resolves false
    * when nothing is held.
    */
   async check () {
-    const lease = this.#lease
-    if (!lease?.held) return false
-    const token = lease.token
-    const { ok } = await this.#route.check(this.#name, lease.slot, token)
-    // A renew may have landed between our read of the token and the check:
-    // only a check of the token we hold now counts.
-    if (!ok && lease.token === token) this.#lose(lease, LOST_GUARD)
-    return Boolean(ok)
+    for (;;) {
+      const lease = this.#lease
+      if (!lease?.held) return false
+      const { token, renewSeq } = lease
+      let renewing = lease.renewing
+      const { ok } = await this.#route.check(this.#name, lease.slot, token)
+      if (ok) return true
+      // Only a check of the token the lease still has counts. A renew that
+      // overlapped the check may have moved the permit to a new token before
+      // we recorded it: wait for its answer and check the token it leaves.
+      if (!lease.held || this.#lease !== lease) return false // released or lost meanwhile
+      const overlapped = renewing !== null || lease.renewSeq !== renewSeq || lease.token !== token
+      renewing = lease.renewing
+      if (!overlapped) {
+        this.#lose(lease, LOST_GUARD)
+        return false
+      }
+      if (renewing) await renewing
+    }
   }
 
   /**
@@ -634,7 +697,16 @@ export class Handle {
    */
   async run (fn, { wait } = {}) {
     if (typeof fn !== 'function') throw new TypeError(`run: fn must be a function, got ${typeof fn}`)
-    if (!(await this.acquire({ wait }))) return false
+    let acquired
+    try {
+      acquired = await this.acquire({ wait })
+    } catch (e) {
+      // Given up on a route that did not answer: release whatever an
+      // unanswered acquire may have taken.
+      if (e instanceof UnavailableError) await this.release().catch(() => {})
+      throw e
+    }
+    if (!acquired) return false
     let failed = true
     try {
       await fn(this.signal)

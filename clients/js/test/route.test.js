@@ -5,7 +5,7 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 
-import { LOST_EXPIRED, LOST_GUARD, LOST_RENEW, LockLostError, LockReleasedError } from '../index.js'
+import { LOST_EXPIRED, LOST_GUARD, LOST_RENEW, LockLostError, LockReleasedError, UnavailableError } from '../index.js'
 import { Proxy, URL_, client, deletePermit, live, unique, waitFor, withKubectl, writeConfigMap } from '../testing/support.js'
 
 // A promise and the function that resolves it, for callbacks.
@@ -149,6 +149,22 @@ describe('renew', { skip: live }, () => {
     [holder] = await c.holders(name)
     assert.deepEqual([holder.owner, holder.token], [h.owner, h.token])
     await h.release()
+  })
+})
+
+describe('unanswered calls', { skip: live }, () => {
+  it('release frees what an unanswered acquire took', async (t) => {
+    const c = client()
+    const name = unique('unsure')
+    const proxy = await Proxy.start(t, URL_)
+    const h = client(proxy.url).lock(name, { ttl: '30s' })
+    proxy.drop = 1 // the acquire lands, its answer does not come back
+    await assert.rejects(h.acquire(), UnavailableError)
+    const [holder] = await c.holders(name)
+    assert.equal(holder.owner, h.owner)
+    assert.equal(h.held, false)
+    await h.release()
+    assert.deepEqual(await c.holders(name), [], 'the permit the lost answer told of is still held')
   })
 })
 

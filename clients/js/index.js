@@ -194,7 +194,13 @@ class Route {
     this.url = routeURL(url)
     this.namespace = namespace || undefined
     this.#token = new TokenFile(tokenFile ?? DEFAULT_TOKEN_FILE, tokenFile != null)
-    this.#ca = caFile == null ? undefined : readFileSync(caFile)
+    if (caFile != null) {
+      try {
+        this.#ca = readFileSync(caFile)
+      } catch (e) {
+        throw new TypeError(`CA file ${caFile}: ${e.code === 'ENOENT' ? 'does not exist' : e.message}`)
+      }
+    }
     this.#request = this.url.startsWith('https:') ? httpsRequest : httpRequest
   }
 

@@ -63,6 +63,10 @@ describe('bad input fails before any call', () => {
     await assert.rejects(h.run('not a function'), TypeError)
   })
 
+  it('CA file', () => {
+    assert.throws(() => queenLocks({ url: 'https://127.0.0.1:1', caFile: '/nonexistent/ca.crt' }), /CA file \/nonexistent\/ca.crt: does not exist/)
+  })
+
   it('owner', () => {
     for (const owner of ['', 'o'.repeat(257), 7]) assert.throws(() => c.lock('x', { ttl: '30s', owner }), /owner/)
   })

@@ -81,6 +81,11 @@ class BadInputFailsBeforeAnyCall(unittest.TestCase):
         with self.assertRaises(TypeError):
             h.run("not callable")
 
+    def test_ca_file(self):
+        with self.assertRaises(ValueError) as e:
+            queen_locks.Client("https://127.0.0.1:1", ca_file="/nonexistent/ca.crt")
+        self.assertIn("CA file /nonexistent/ca.crt: does not exist", str(e.exception))
+
     def test_owner(self):
         for owner in ("", "o" * 257, 7):
             with self.subTest(owner=owner), self.assertRaises(ValueError):

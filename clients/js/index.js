@@ -228,6 +228,10 @@ class Route {
       req.on('error', (e) => reject(e))
       req.end(body)
     }).catch((e) => {
+      if (untrusted(e)) {
+        // Asking again will not help: the route is not the one we trust.
+        throw new QueenLocksError(`${what}: ${this.url}: ${e.message}: the route's certificate is not trusted (pass caFile)`, { cause: e })
+      }
       throw new UnavailableError(`${what}: no answer from ${this.url}: ${e.message}`, { cause: e })
     })
     if (status !== 200) throw refusal(status, raw)
@@ -268,6 +272,11 @@ class Route {
   get (name) { return this.call({ op: 'get', name }) }
 
   check (name, slot, expect) { return this.call({ op: 'check', name, slot, expect }) }
+}
+
+// A TLS error of the route's certificate (OpenSSL's verify codes, Node's altname check).
+function untrusted (e) {
+  return typeof e?.code === 'string' && (/CERT|ISSUER|SIGNATURE/.test(e.code) || e.code === 'ERR_TLS_CERT_ALTNAME_INVALID')
 }
 
 function refusal (status, raw) {

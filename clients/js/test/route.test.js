@@ -5,8 +5,10 @@ import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
 import { setTimeout as sleep } from 'node:timers/promises'
 
-import { LOST_EXPIRED, LOST_GUARD, LOST_RENEW, LockLostError, LockReleasedError, UnavailableError } from '../index.js'
-import { Proxy, URL_, client, deletePermit, live, unique, waitFor, withKubectl, writeConfigMap } from '../testing/support.js'
+import { join } from 'node:path'
+
+import { LOST_EXPIRED, LOST_GUARD, LOST_RENEW, LockLostError, LockReleasedError, QueenLocksError, UnavailableError, queenLocks } from '../index.js'
+import { NAMESPACE, Proxy, TLS_DIR, URL_, client, deletePermit, live, testTLS, unique, waitFor, withKubectl, withTLS, writeConfigMap } from '../testing/support.js'
 
 // A promise and the function that resolves it, for callbacks.
 function later () {
@@ -283,5 +285,24 @@ describe('guard', { skip: live || withKubectl }, () => {
     assert.notEqual(r.code, 0, "a write under a lost lock's token was admitted")
     assert.match(r.stderr, /kv_precondition/)
     assert.ok(r.stderr.includes(name), r.stderr)
+  })
+})
+
+describe('tls', { skip: withTLS }, () => {
+  it('verifies an https route with the CA file', async (t) => {
+    const proxy = await Proxy.start(t, URL_, { tls: testTLS() })
+    assert.match(proxy.url, /^https:/)
+    const name = unique('tls')
+    const h = queenLocks({ url: proxy.url, namespace: NAMESPACE || undefined, caFile: join(TLS_DIR, 'ca.crt') }).lock(name, { ttl: '30s' })
+    assert.equal(await h.acquire(), true)
+    assert.equal((await client().holders(name))[0].owner, h.owner)
+    await h.release()
+
+    // Without the CA the route is not trusted: a clear error, at once, not
+    // an unanswered call to retry.
+    const stranger = queenLocks({ url: proxy.url, namespace: NAMESPACE || undefined }).lock(name, { ttl: '30s' })
+    await assert.rejects(stranger.acquire({ wait: '30s' }), (e) =>
+      e instanceof QueenLocksError && !(e instanceof UnavailableError) && /certificate/.test(e.message))
+    assert.deepEqual(await client().holders(name), [])
   })
 })

@@ -12,6 +12,9 @@
 import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import net from 'node:net'
+import { join } from 'node:path'
+import { readFileSync } from 'node:fs'
+import tls from 'node:tls'
 import { setTimeout as sleep } from 'node:timers/promises'
 
 import { queenLocks } from '../index.js'
@@ -20,6 +23,7 @@ export const URL_ = process.env.QUEEN_LOCKS_TEST_URL ?? ''
 export const NAMESPACE = process.env.QUEEN_LOCKS_TEST_NAMESPACE ?? ''
 const KUBECONFIG = process.env.QUEEN_LOCKS_TEST_KUBECONFIG ?? ''
 const KUBECTL = process.env.QUEEN_LOCKS_TEST_KUBECTL ?? ''
+export const TLS_DIR = process.env.QUEEN_LOCKS_TEST_TLS_DIR ?? ''
 
 /** false when the route tests can run, else why they are skipped. */
 export const live = URL_
@@ -32,6 +36,17 @@ export const withKubectl = live || (KUBECONFIG && KUBECTL
   ? false
   : 'QUEEN_LOCKS_TEST_KUBECONFIG and QUEEN_LOCKS_TEST_KUBECTL are not set: this test deletes a permit ' +
     'or writes a ConfigMap by hand (go test ./clients/ sets them; under make dev: .dev/kubeconfig and bin/kubectl)')
+
+/** false when a CA and a certificate for 127.0.0.1 are given, else why the test is skipped. */
+export const withTLS = live || (TLS_DIR
+  ? false
+  : 'QUEEN_LOCKS_TEST_TLS_DIR is not set: this test needs a CA (ca.crt) and a certificate for 127.0.0.1 ' +
+    '(tls.crt, tls.key) for an https proxy in front of the route (go test ./clients/ makes them)')
+
+/** The test certificate and key, for Proxy.start's tls. */
+export function testTLS () {
+  return { cert: readFileSync(join(TLS_DIR, 'tls.crt')), key: readFileSync(join(TLS_DIR, 'tls.key')) }
+}
 
 export function client (url = URL_) {
   return queenLocks({ url, namespace: NAMESPACE || undefined })
@@ -97,13 +112,15 @@ export class Proxy {
   #server
   #sockets = new Set()
 
-  /** Starts a proxy to target; it is cut when test t ends. */
-  static async start (t, target, { delay = 0 } = {}) {
+  /** Starts a proxy to target, https with tls ({ cert, key }); it is cut when test t ends. */
+  static async start (t, target, { delay = 0, tls: creds } = {}) {
     const p = new Proxy()
     p.delay = delay
     const to = new URL(target)
     const [host, port] = [to.hostname, Number(to.port)]
-    p.#server = net.createServer((c) => p.#connect(c, host, port))
+    const serve = (c) => p.#connect(c, host, port)
+    p.#server = creds ? tls.createServer(creds, serve) : net.createServer(serve)
+    if (creds) to.protocol = 'https:'
     await new Promise((resolve) => p.#server.listen(0, '127.0.0.1', resolve))
     t.after(() => p.cut())
     to.host = `127.0.0.1:${p.#server.address().port}`

@@ -111,7 +111,13 @@ class Route:
             raw = e.read(4 << 20)
             e.close()
             raise self._refusal(e.code, raw) from None
-        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout, OSError) as e:
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLCertVerificationError):
+                # Asking again will not help: the route is not the one we trust.
+                raise QueenLocksError(f"{op['op']} {op['name']!r}: {self.url}: {e.reason.verify_message or e.reason}: "
+                                      "the route's certificate is not trusted (pass ca_file)") from e
+            raise Unavailable(f"{op['op']} {op['name']!r}: no answer from {self.url}: {_why(e)}") from e
+        except (http.client.HTTPException, ConnectionError, socket.timeout, OSError) as e:
             raise Unavailable(f"{op['op']} {op['name']!r}: no answer from {self.url}: {_why(e)}") from e
         try:
             results = json.loads(raw)["results"]

@@ -12,7 +12,9 @@ and sets the variables below; by hand, against `make dev`:
 import json
 import os
 import secrets
+import select
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,6 +31,7 @@ URL = os.environ.get("QUEEN_LOCKS_TEST_URL", "")
 NAMESPACE = os.environ.get("QUEEN_LOCKS_TEST_NAMESPACE", "")
 KUBECONFIG = os.environ.get("QUEEN_LOCKS_TEST_KUBECONFIG", "")
 KUBECTL = os.environ.get("QUEEN_LOCKS_TEST_KUBECTL", "")
+TLS_DIR = os.environ.get("QUEEN_LOCKS_TEST_TLS_DIR", "")
 
 live = unittest.skipUnless(
     URL,
@@ -40,6 +43,12 @@ with_kubectl = unittest.skipUnless(
     URL and KUBECONFIG and KUBECTL,
     "QUEEN_LOCKS_TEST_KUBECONFIG and QUEEN_LOCKS_TEST_KUBECTL are not set: this test deletes a permit "
     "or writes a ConfigMap by hand (go test ./clients/ sets them; under make dev: .dev/kubeconfig and bin/kubectl)",
+)
+
+with_tls = unittest.skipUnless(
+    URL and TLS_DIR,
+    "QUEEN_LOCKS_TEST_TLS_DIR is not set: this test needs a CA (ca.crt) and a certificate for 127.0.0.1 "
+    "(tls.crt, tls.key) for an https proxy in front of the route (go test ./clients/ makes them)",
 )
 
 
@@ -98,13 +107,19 @@ class Proxy:
     server admits a write later than the client sent it); drop, when > 0,
     is how many of the next calls lose their answer: the request reaches the
     route, the client sees the connection close. cut() stops it for good:
-    the route stops answering.
+    the route stops answering. With tls=(cert file, key file) it serves
+    https.
     """
 
-    def __init__(self, target, delay=0.0):
+    def __init__(self, target, delay=0.0, tls=None):
         parts = urllib.parse.urlsplit(target)
         self._target = (parts.hostname, parts.port)
         self._ln = socket.create_server(("127.0.0.1", 0))
+        self._tls = None
+        if tls:
+            self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self._tls.load_cert_chain(*tls)
+            parts = parts._replace(scheme="https")
         self.url = urllib.parse.urlunsplit(parts._replace(netloc=f"127.0.0.1:{self._ln.getsockname()[1]}"))
         self.delay = delay
         self.drop = 0
@@ -136,30 +151,38 @@ class Proxy:
                 drop = self.drop > 0
                 if drop:
                     self.drop -= 1
-            try:
-                s = socket.create_connection(self._target)
-            except OSError:
-                _close(c)
-                continue
+            threading.Thread(target=self._serve, args=(c, drop), daemon=True).start()
+
+    def _serve(self, c, drop):
+        s = None
+        try:
+            if self._tls:
+                c = self._tls.wrap_socket(c, server_side=True)
+            s = socket.create_connection(self._target)
             with self._mu:
                 self._socks.update((c, s))
-            threading.Thread(target=self._pump, args=(c, s, self.delay, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(s, c, 0, drop), daemon=True).start()
-
-    def _pump(self, src, dst, delay, drop):
-        try:
+            # One thread moves both directions: a TLS socket must not be
+            # read and written from two threads at once.
             while True:
-                data = src.recv(65536)
-                if not data or drop:
-                    break  # a dropped answer: the client sees the connection close
-                if delay:
-                    time.sleep(delay)
-                dst.sendall(data)
-        except OSError:
-            pass
+                ready = [c] if getattr(c, "pending", lambda: 0)() else select.select([c, s], [], [])[0]
+                for src in ready:
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    if src is c:
+                        if self.delay:
+                            time.sleep(self.delay)
+                        s.sendall(data)
+                    elif drop:
+                        return  # a dropped answer: the client sees the connection close
+                    else:
+                        c.sendall(data)
+        except (OSError, ValueError):
+            pass  # a refused handshake, or a cut
         finally:
-            _close(src)
-            _close(dst)
+            _close(c)
+            if s is not None:
+                _close(s)
 
 
 def _close(s):

@@ -1,11 +1,14 @@
 """The handle against a real route (see _support for how to point it at one)."""
 
 import datetime
+import os
 import threading
 import time
 import unittest
 
 from _support import (
+    NAMESPACE,
+    TLS_DIR,
     URL,
     Proxy,
     client,
@@ -14,6 +17,7 @@ from _support import (
     unique,
     wait_for,
     with_kubectl,
+    with_tls,
     write_configmap,
 )
 
@@ -329,6 +333,30 @@ class Guard(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, "a write under a lost lock's token was admitted")
         self.assertIn("kv_precondition", r.stderr)
         self.assertIn(name, r.stderr)
+
+
+@live
+@with_tls
+class TLS(unittest.TestCase):
+    def test_an_https_route_is_verified_with_the_ca_file(self):
+        cert = (os.path.join(TLS_DIR, "tls.crt"), os.path.join(TLS_DIR, "tls.key"))
+        proxy = Proxy(URL, tls=cert)
+        self.assertTrue(proxy.url.startswith("https://"))
+        name = unique("tls")
+        h = queen_locks.Client(proxy.url, namespace=NAMESPACE or None,
+                               ca_file=os.path.join(TLS_DIR, "ca.crt")).lock(name, 30)
+        self.assertTrue(h.acquire())
+        self.assertEqual(client().holders(name)[0]["owner"], h.owner)
+        h.release()
+
+        # Without the CA the route is not trusted: a clear error, at once,
+        # not an unanswered call to retry.
+        stranger = queen_locks.Client(proxy.url, namespace=NAMESPACE or None).lock(name, 30)
+        with self.assertRaises(queen_locks.QueenLocksError) as e:
+            stranger.acquire(wait=30)
+        self.assertNotIsInstance(e.exception, queen_locks.Unavailable)
+        self.assertIn("certificate", str(e.exception))
+        self.assertEqual(client().holders(name), [])
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -427,5 +428,51 @@ func retryOnConflict(f func() error) error {
 		if !apierrors.IsConflict(err) {
 			return err
 		}
+	}
+}
+
+// The read timeout bounds reading a call, not running it: a call whose
+// operations take longer (an acquire that waits, an API server that is
+// slow) runs to its own timeout. (net/http lifts the read deadline once the
+// body is read; this keeps it so.)
+func TestLongCallsOutliveTheReadTimeout(t *testing.T) {
+	// An API server that accepts connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	l := route.DefaultLimits()
+	l.ReadTimeout = 500 * time.Millisecond
+	const opTimeout = 3 * time.Second
+	url, stop, err := env.StartRouteConfig(route.Config{Auth: route.AuthNone, DefaultNamespace: "default", Limits: l,
+		OpTimeout: opTimeout, REST: &rest.Config{Host: "http://" + ln.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	start := time.Now()
+	code, out := call(t, url, "", body("", `{"op":"get","name":"slow"}`))
+	took := time.Since(start)
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("answered %d: %v", code, out)
+	}
+	if took < opTimeout {
+		t.Fatalf("the call was cut off after %s, before its operation's timeout %s", took, opTimeout)
 	}
 }

@@ -14,7 +14,9 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/permit"
@@ -32,11 +34,16 @@ const DefaultGrace = time.Second
 // be behind; that is safe because every delete carries the resourceVersion it
 // judged, so a renew or takeover that landed first makes the delete fail.
 // It never writes a held permit.
+//
+// With Pods set it also frees a permit as soon as the pod that holds it
+// (spec.holderPod) is gone or has finished, with the same precondition: a
+// renew or takeover that landed first wins.
 type Expiry struct {
 	Client   client.Client
 	Clock    clock.PassiveClock
 	Grace    time.Duration
 	Recorder events.EventRecorder
+	Pods     *Pods
 }
 
 // SetupWithManager registers the controller.
@@ -44,10 +51,16 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&locksv1alpha1.QueenLock{}).
-		Named("queenlock-expiry").
-		Complete(r)
+		Named("queenlock-expiry")
+	if r.Pods != nil {
+		if err := mgr.Add(r.Pods); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.Channel(r.Pods.Events, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile deletes the permit when its lifetime and the grace have passed,
@@ -55,10 +68,21 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var p locksv1alpha1.QueenLock
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		if apierrors.IsNotFound(err) && r.Pods != nil {
+			r.Pods.Untrack(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !p.DeletionTimestamp.IsZero() {
+		if r.Pods != nil {
+			r.Pods.Untrack(req.NamespacedName)
+		}
 		return ctrl.Result{}, r.finishDelete(ctx, &p)
+	}
+	if r.Pods != nil {
+		if st := r.Pods.Track(ctx, &p); st.Gone {
+			return ctrl.Result{}, r.free(ctx, &p, st.Why)
+		}
 	}
 	now := r.Clock.Now()
 	if p.Spec.ExpireTime != nil {
@@ -106,5 +130,26 @@ func (r *Expiry) finishDelete(ctx context.Context, p *locksv1alpha1.QueenLock) e
 		return fmt.Errorf("removing the finalizers %v of permit %s/%s being deleted: %w", before.Finalizers, p.Namespace, p.Name, err)
 	}
 	logf.FromContext(ctx).Info("removed the finalizers of a deleted permit", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "finalizers", before.Finalizers)
+	return nil
+}
+
+// free deletes a permit whose holder pod is gone, conditional on the
+// version read: if the holder renewed, or another pod took it over, since,
+// the delete fails and the watch brings the new version.
+func (r *Expiry) free(ctx context.Context, p *locksv1alpha1.QueenLock, why string) error {
+	err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("freeing permit %s/%s of a gone pod: %w", p.Namespace, p.Name, err)
+	}
+	releases.WithLabelValues(p.Namespace, "pod-gone").Inc()
+	hp := p.Spec.HolderPod
+	logf.FromContext(ctx).Info("holder pod gone: permit freed", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "owner", p.Spec.Owner, "pod", hp.Name, "why", why)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "HolderPodGone", "Release",
+			"permit of lock %q slot %d held by %q was freed: its pod %s (uid %s) was %s", p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, hp.Name, hp.UID, why)
+	}
 	return nil
 }

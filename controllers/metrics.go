@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
@@ -17,12 +18,30 @@ var expirations = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Permits the controller deleted because their lifetime ended without a renew.",
 }, []string{"namespace"})
 
+// followedFrom is the running tracker, for the gauge.
+var followedFrom atomic.Pointer[Pods]
+
 var heldDesc = prometheus.NewDesc("queen_locks_permits_held",
 	"Permits held now (not expired), per namespace, as the manager's cache sees them.",
 	[]string{"namespace"}, nil)
 
+var releases = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "queen_locks_releases_total",
+	Help: "Permits the controller freed before their lifetime ended, by reason (pod-gone: the holder's pod was deleted, replaced or finished).",
+}, []string{"namespace", "reason"})
+
+var followedPods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	Name: "queen_locks_holder_pods_followed",
+	Help: "Pods the leader follows because a permit names them as its holder.",
+}, func() float64 {
+	if p := followedFrom.Load(); p != nil {
+		return float64(p.Followed())
+	}
+	return 0
+})
+
 func init() {
-	metrics.Registry.MustRegister(expirations)
+	metrics.Registry.MustRegister(expirations, releases, followedPods)
 }
 
 // HeldCollector counts held permits from the informer cache at each scrape,

@@ -14,6 +14,8 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -111,11 +113,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	if !o.NoExpiry {
+		meta, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating the metadata client: %w", err)
+		}
+		core, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating the core client: %w", err)
+		}
 		expiry := &controllers.Expiry{
 			Client:   mgr.GetClient(),
 			Clock:    o.Clock,
 			Grace:    o.ExpiryGrace,
 			Recorder: mgr.GetEventRecorder("queen-locks"),
+			Pods:     controllers.NewPods(meta, core),
 		}
 		if err := expiry.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the expiry controller: %w", err)

@@ -26,13 +26,25 @@ func nsObj(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
-func waitRoute(t handle.Transport) {
+// waitRoute waits until the route answers through t.
+func waitRoute(t handle.Transport) error {
+	var err error
 	for range 100 {
-		if _, err := t.Get(context.Background(), "warm-up"); err == nil {
-			return
+		if _, err = t.Get(context.Background(), "warm-up"); err == nil {
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return fmt.Errorf("the route never answered: %w", err)
+}
+
+// loadAvg is the machine's load average over 1, 5 and 15 minutes.
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], ", ")
+	}
+	return "unknown"
 }
 
 func post(url, body string) error {
@@ -48,76 +60,138 @@ func post(url, body string) error {
 	return nil
 }
 
-// renewLoad holds n permits and renews each every 10 s for 20 s.
-func renewLoad(t handle.Transport, n int) (result, int, error) {
+// fleet is a set of held permits, each renewed every renewEvery through
+// one transport from when it was acquired, at its own phase, until stop:
+// a steady renew load that grows between measurements without a pause.
+type fleet struct {
+	t    handle.Transport
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex
+	held      []*heldPermit
+	recording bool
+	inWindow  sync.WaitGroup // renews started while recording
+	lat       []time.Duration
+	lost      int
+}
+
+type heldPermit struct {
+	name  string
+	token uint64 // the fleet's mu guards it once its renewer runs
+}
+
+const (
+	renewEvery = 10 * time.Second
+	renewTTL   = 30 // renewEvery is a third of it
+)
+
+func newFleet(t handle.Transport) *fleet { return &fleet{t: t, stop: make(chan struct{})} }
+
+// grow acquires permits, 32 at a time, until n are held, and starts
+// renewing each.
+func (f *fleet) grow(n int) error {
 	ctx := context.Background()
-	type held struct {
-		name  string
-		token uint64
-	}
-	hs := make([]held, n)
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
-	var firstErr error
 	var mu sync.Mutex
-	prefix := fmt.Sprintf("renew%d", n)
-	for i := range n {
+	var firstErr error
+	for i := len(f.held); i < n; i++ {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			name := fmt.Sprintf("%s-%d", prefix, i)
-			a, err := t.Acquire(ctx, name, "r", 30, 1)
-			mu.Lock()
-			defer mu.Unlock()
+			name := fmt.Sprint("renew-", i)
+			a, err := f.t.Acquire(ctx, name, "r", renewTTL, 1)
 			if err != nil || !a.Acquired {
+				mu.Lock()
 				if firstErr == nil {
 					firstErr = fmt.Errorf("acquire %s: %v %s", name, err, a.Reason)
 				}
+				mu.Unlock()
 				return
 			}
-			hs[i] = held{name, a.Token}
+			h := &heldPermit{name: name, token: a.Token}
+			f.mu.Lock()
+			f.held = append(f.held, h)
+			f.mu.Unlock()
+			f.wg.Go(func() { f.renew(h) })
 		})
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return result{}, 0, firstErr
-	}
-	var lat []time.Duration
-	lost := 0
-	end := time.Now().Add(20 * time.Second)
-	for i := range hs {
-		wg.Go(func() {
-			next := time.Now().Add(time.Duration(rand.Int64N(int64(10 * time.Second))))
-			for next.Before(end) {
-				time.Sleep(time.Until(next))
-				t0 := time.Now()
-				r, err := t.Renew(ctx, hs[i].name, 0, hs[i].token, "r", 30)
-				d := time.Since(t0)
-				mu.Lock()
-				if err != nil || !r.Renewed {
-					lost++
-				} else {
-					hs[i].token = r.Token
-					lat = append(lat, d)
-				}
-				mu.Unlock()
-				next = next.Add(10 * time.Second)
+	return firstErr
+}
+
+// renew renews h every renewEvery, the first time at a random point of the
+// first period, so that the fleet's renews spread evenly over time.
+func (f *fleet) renew(h *heldPermit) {
+	ctx := context.Background()
+	timer := time.NewTimer(time.Duration(rand.Int64N(int64(renewEvery))))
+	defer timer.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-timer.C:
+		}
+		timer.Reset(renewEvery)
+		f.mu.Lock()
+		rec, tok := f.recording, h.token
+		if rec {
+			f.inWindow.Add(1)
+		}
+		f.mu.Unlock()
+		t0 := time.Now()
+		r, err := f.t.Renew(ctx, h.name, 0, tok, "r", renewTTL)
+		d := time.Since(t0)
+		f.mu.Lock()
+		if err == nil && r.Renewed {
+			h.token = r.Token
+		}
+		if rec {
+			if err != nil || !r.Renewed {
+				f.lost++
+			} else {
+				f.lat = append(f.lat, d)
 			}
-		})
+			f.inWindow.Done()
+		}
+		f.mu.Unlock()
 	}
-	wg.Wait()
-	// Let them go, so the next step starts from an empty lock set.
-	for i := range hs {
+}
+
+// measure records the renews that start within the next d.
+func (f *fleet) measure(d time.Duration) (result, int) {
+	f.mu.Lock()
+	f.recording, f.lat, f.lost = true, nil, 0
+	f.mu.Unlock()
+	time.Sleep(d)
+	f.mu.Lock()
+	f.recording = false
+	f.mu.Unlock()
+	// Renews that started in the window and are still running count too:
+	// they are the slow ones.
+	f.inWindow.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := result{cycles: len(f.lat)}
+	r.p50, r.p99 = percentile(f.lat, 50), percentile(f.lat, 99)
+	return r, f.lost
+}
+
+// close stops renewing and releases every permit, 32 at a time.
+func (f *fleet) close() {
+	close(f.stop)
+	f.wg.Wait()
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for _, h := range f.held {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, _ = t.Release(ctx, hs[i].name, 0, hs[i].token, "r")
+			_, _ = f.t.Release(context.Background(), h.name, 0, h.token, "r")
 		})
 	}
 	wg.Wait()
-	r := result{cycles: len(lat)}
-	r.p50, r.p99 = percentile(lat, 50), percentile(lat, 99)
-	return r, lost, nil
 }
 
 // holdMany acquires n permits with a long TTL, 32 at a time.

@@ -2,7 +2,8 @@
 // themselves: Acquire, Release, Run with a wait, a background renew every
 // third of the lifetime, and a signal when the lock is lost.
 //
-//	c := handle.New(handle.HTTP(url, handle.HTTPOptions{TokenFile: handle.ServiceAccountTokenFile}))
+//	// The pod's projected token of audience queen-locks, re-read at every call.
+//	c := handle.New(handle.HTTP(url, handle.HTTPOptions{CAFile: "/etc/queen-locks/ca.crt"}))
 //	lock := c.Lock("daily-report", 30*time.Second)
 //	acquired, err := lock.Run(ctx, func(ctx context.Context) error {
 //		return report(ctx) // ctx ends when the lock is lost
@@ -37,7 +38,9 @@ const (
 	LostExpired = "expired"
 )
 
-// ServiceAccountTokenFile is where a pod finds its ServiceAccount token.
+// ServiceAccountTokenFile is where a pod finds its ServiceAccount token of
+// the API server's audience, which the route refuses unless its operator
+// added that audience: mount a projected token at ProjectedTokenFile instead.
 const ServiceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 // ErrLost is the cause of a handle's context once its lock is lost.
@@ -69,7 +72,7 @@ func (c *Client) Lock(name string, ttl time.Duration, opts ...Option) *Handle {
 
 // Semaphore is a handle on one of n permits of name.
 func (c *Client) Semaphore(name string, n int, ttl time.Duration, opts ...Option) *Handle {
-	h := &Handle{t: c.t, name: name, limit: n, ttl: ttl, owner: MintOwner()}
+	h := &Handle{t: c.t, name: name, limit: n, ttl: ttl, owner: MintOwner(), turn: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(h)
 	}
@@ -85,7 +88,8 @@ func MintOwner() string {
 }
 
 // Handle is one holder's view of a lock or a semaphore permit. Its methods
-// are safe for concurrent use.
+// are safe for concurrent use: Acquire and Release take turns, Runs of one
+// handle take turns, and the getters never wait for the server.
 type Handle struct {
 	t     Transport
 	name  string
@@ -93,21 +97,41 @@ type Handle struct {
 	ttl   time.Duration
 	owner string
 
-	mu       sync.Mutex
+	// ops makes Acquire and Release take turns. It is held across their
+	// calls to the server, so two Releases never both stop the renew loop
+	// or both send a release, and a Release that comes while an Acquire is
+	// in flight releases what that Acquire got.
+	ops sync.Mutex
+	// turn is held by a Run for as long as it runs, so one handle never
+	// runs two fns under one permit at once.
+	turn chan struct{}
+
+	mu       sync.Mutex // guards what follows; never held across a call to the server
 	held     bool
+	unsure   bool // an acquire or release was not answered: the server may hold a permit of ours
 	slot     int
 	token    uint64
-	deadline time.Time // local: when we must assume the lease is over
+	deadline time.Time // local monotonic reading: when we must assume the lease is over
 	reason   string    // why the last acquire failed, or why the lock was lost
 	holders  []locks.Holder
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	lost     chan struct{}
-	stop     chan struct{} // closed to stop the renew loop
-	done     chan struct{} // closed when the renew loop has ended
+	cur      *holding      // the renew loop of the current (or last) holding
+	renewing chan struct{} // while a renew is in flight: closed when it has answered
+	renewSeq uint64        // renews sent so far
 	onLost   []func(reason string)
 	onRenew  []func(token uint64)
 }
+
+// holding is the renew loop of one acquisition.
+type holding struct {
+	stop chan struct{} // closed, once, to stop the loop
+	done chan struct{} // closed when the loop has ended
+	once sync.Once
+}
+
+func (r *holding) halt() { r.once.Do(func() { close(r.stop) }) }
 
 // Name, Owner and Limit describe the handle.
 func (h *Handle) Name() string  { return h.name }
@@ -116,46 +140,108 @@ func (h *Handle) Limit() int    { return h.limit }
 
 func (h *Handle) ttlSeconds() int64 { return int64(math.Ceil(h.ttl.Seconds())) }
 
+// alreadyTries bounds how often Acquire asks again when a permit the server
+// says is already ours is lost before Acquire could renew it.
+const alreadyTries = 3
+
 // Acquire tries once to take the lock. It answers false with no error when
 // somebody else holds it (Reason and Holders say more). After an error the
 // same handle can simply try again: it keeps its owner, so an acquire whose
-// answer was lost comes back as already held by us.
+// answer was lost comes back as already held by us; or call Release, which
+// then releases whatever that lost acquire may have taken.
 func (h *Handle) Acquire(ctx context.Context) (bool, error) {
 	if err := permit.ValidateTTL(h.ttlSeconds()); err != nil || h.ttl < time.Second {
 		return false, fmt.Errorf("queen-locks: ttl %v: must be from 1s to %ds", h.ttl, permit.MaxTTLSeconds)
 	}
+	h.ops.Lock()
+	defer h.ops.Unlock()
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held {
+	held, prev := h.held, h.cur
+	h.mu.Unlock()
+	if held {
 		return true, nil
 	}
-	sent := time.Now()
-	a, err := h.t.Acquire(ctx, h.name, h.owner, h.ttlSeconds(), h.limit)
-	if err != nil {
-		return false, err
+	if prev != nil {
+		// A loop stopped by a loss may still have a renew in flight; at
+		// most one loop renews for a handle.
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
 	}
-	if !a.Acquired {
-		h.reason, h.holders = a.Reason, a.Holders
-		return false, nil
+	for try := 1; ; try++ {
+		sent := time.Now()
+		a, err := h.t.Acquire(ctx, h.name, h.owner, h.ttlSeconds(), h.limit)
+		if err != nil {
+			h.setUnsure()
+			return false, err
+		}
+		if !a.Acquired {
+			// The server answers already, not held, to an owner that holds
+			// a permit: this one holds none.
+			h.mu.Lock()
+			h.reason, h.holders, h.unsure = a.Reason, a.Holders, false
+			h.mu.Unlock()
+			return false, nil
+		}
+		if !a.Already {
+			h.start(a.Slot, a.Token, sent)
+			return true, nil
+		}
+		// The permit was already ours: an earlier acquire whose answer was
+		// lost, a release that did not get through, or another handle with
+		// the same owner. Its lifetime was counted from a write this handle
+		// may never have seen, and the answer's expiresAt is a reading of
+		// the server's wall clock, which cannot be compared with ours: a
+		// clock behind the server's would make the lease look longer than
+		// it is. So renew it at once and count the deadline from when that
+		// renew was sent, on this machine's monotonic clock. The server
+		// counts the same lifetime from when it admitted the renew, which is
+		// later, so the handle still gives up first whatever the skew.
+		sent = time.Now()
+		rn, err := h.t.Renew(ctx, h.name, a.Slot, a.Token, h.owner, h.ttlSeconds())
+		if err != nil {
+			h.setUnsure()
+			return false, fmt.Errorf("queen-locks: renewing %q, which the server says is already ours: %w", h.name, err)
+		}
+		if rn.Renewed {
+			h.start(a.Slot, rn.Token, sent)
+			return true, nil
+		}
+		// It expired or was released by hand between the two answers:
+		// it is not ours any more, so ask again.
+		if try == alreadyTries {
+			return false, fmt.Errorf("queen-locks: acquiring %q: a permit the server said was ours was lost %d times before it could be renewed", h.name, try)
+		}
 	}
-	h.held, h.slot, h.token, h.reason, h.holders = true, a.Slot, a.Token, "", nil
+}
+
+func (h *Handle) setUnsure() {
+	h.mu.Lock()
+	h.unsure = true
+	h.mu.Unlock()
+}
+
+// start records a won permit, with its deadline counted from sent, and
+// starts renewing it.
+func (h *Handle) start(slot int, token uint64, sent time.Time) {
+	r := &holding{stop: make(chan struct{}), done: make(chan struct{})}
+	h.mu.Lock()
+	h.held, h.unsure, h.slot, h.token, h.reason, h.holders = true, false, slot, token, "", nil
 	h.deadline = sent.Add(h.ttl)
-	if a.Already {
-		// We held it before this call; the server's expiry bounds our deadline.
-		h.deadline = minTime(h.deadline, a.ExpiresAt)
-	}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	if h.lost == nil || closed(h.lost) {
 		h.lost = make(chan struct{})
 	}
-	h.stop, h.done = make(chan struct{}), make(chan struct{})
-	go h.renewLoop(h.stop, h.done)
-	return true, nil
+	h.cur = r
+	h.mu.Unlock()
+	go h.renewLoop(r)
 }
 
 // renewLoop renews every third of the lifetime until stopped or lost.
-func (h *Handle) renewLoop(stop, done chan struct{}) {
-	defer close(done)
+func (h *Handle) renewLoop(r *holding) {
+	defer close(r.done)
 	interval := h.ttl / 3
 	retry := max(h.ttl/10, 100*time.Millisecond)
 	next := time.NewTimer(interval)
@@ -166,43 +252,63 @@ func (h *Handle) renewLoop(stop, done chan struct{}) {
 		h.mu.Unlock()
 		expiry := time.NewTimer(time.Until(deadline))
 		select {
-		case <-stop:
+		case <-r.stop:
 			expiry.Stop()
 			return
 		case <-expiry.C:
-			h.lose(LostExpired)
+			h.lose(r, 0, LostExpired)
 			return
 		case <-next.C:
 			expiry.Stop()
 		}
+		inflight := make(chan struct{})
+		h.mu.Lock()
+		h.renewing = inflight
+		h.renewSeq++
+		h.mu.Unlock()
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		rn, err := h.t.Renew(ctx, h.name, slot, token, h.owner, h.ttlSeconds())
 		cancel()
+		stopped := false
 		select {
-		case <-stop:
+		case <-r.stop:
+			// Release is waiting for us: record a token that landed, so it
+			// releases the current one.
+			stopped = true
 			if err == nil && rn.Renewed {
-				h.setToken(rn.Token, sent)
+				h.renewed(r, rn.Token, sent)
 			}
-			return
 		default:
+			switch {
+			case err != nil:
+				// The server did not answer: keep trying until the deadline.
+				next.Reset(retry)
+			case !rn.Renewed:
+				h.lose(r, 0, LostRenew)
+				stopped = true
+			default:
+				h.renewed(r, rn.Token, sent)
+				next.Reset(interval)
+			}
 		}
-		switch {
-		case err != nil:
-			// The server did not answer: keep trying until the deadline.
-			next.Reset(retry)
-		case !rn.Renewed:
-			h.lose(LostRenew)
+		h.mu.Lock()
+		h.renewing = nil
+		h.mu.Unlock()
+		close(inflight)
+		if stopped {
 			return
-		default:
-			h.setToken(rn.Token, sent)
-			next.Reset(interval)
 		}
 	}
 }
 
-func (h *Handle) setToken(token uint64, sent time.Time) {
+// renewed records the token of a renew sent at sent, if r still holds.
+func (h *Handle) renewed(r *holding, token uint64, sent time.Time) {
 	h.mu.Lock()
+	if !h.held || h.cur != r {
+		h.mu.Unlock()
+		return
+	}
 	h.token, h.deadline = token, sent.Add(h.ttl)
 	fns := append([]func(uint64){}, h.onRenew...)
 	h.mu.Unlock()
@@ -211,16 +317,19 @@ func (h *Handle) setToken(token uint64, sent time.Time) {
 	}
 }
 
-// lose marks the lock lost, once, and tells whoever listens.
-func (h *Handle) lose(reason string) {
+// lose marks the holding r lost, once, stops its renewing and tells whoever
+// listens. With a token other than 0 it does so only while that token is
+// still the handle's: a renew may have moved on since the caller read it.
+func (h *Handle) lose(r *holding, token uint64, reason string) {
 	h.mu.Lock()
-	if !h.held {
+	if !h.held || h.cur != r || (token != 0 && h.token != token) {
 		h.mu.Unlock()
 		return
 	}
 	h.held, h.reason = false, reason
 	close(h.lost)
 	h.cancel(fmt.Errorf("%w: %s", ErrLost, reason))
+	r.halt()
 	fns := append([]func(string){}, h.onLost...)
 	h.mu.Unlock()
 	for _, fn := range fns {
@@ -229,20 +338,26 @@ func (h *Handle) lose(reason string) {
 }
 
 // Release stops renewing and releases the permit. It is a no-op when the
-// handle holds nothing. It answers ErrLost when the server says the permit
-// was no longer ours.
+// handle holds nothing, and when several goroutines release at once only
+// one release is sent. After an Acquire or a Release whose answer was lost
+// it looks the permit up by owner and releases it, so nothing is left held.
+// It answers ErrLost when the server says the permit was no longer ours.
 func (h *Handle) Release(ctx context.Context) error {
+	h.ops.Lock()
+	defer h.ops.Unlock()
 	h.mu.Lock()
-	if !h.held {
-		h.mu.Unlock()
+	held, unsure, r := h.held, h.unsure, h.cur
+	h.mu.Unlock()
+	if !held {
+		if unsure {
+			return h.releaseUnsure(ctx)
+		}
 		return nil
 	}
-	stop, done := h.stop, h.done
-	h.mu.Unlock()
-	close(stop)
-	<-done // an in-flight renew has landed or failed; its token is recorded
+	r.halt()
+	<-r.done // an in-flight renew has landed or failed; its token is recorded
 	h.mu.Lock()
-	if !h.held { // lost while we waited
+	if !h.held || h.cur != r { // lost while we waited
 		h.mu.Unlock()
 		return nil
 	}
@@ -252,11 +367,35 @@ func (h *Handle) Release(ctx context.Context) error {
 	h.mu.Unlock()
 	ok, err := h.t.Release(ctx, h.name, slot, token, h.owner)
 	if err != nil {
+		h.setUnsure()
 		return fmt.Errorf("queen-locks: releasing %q: %w", h.name, err)
 	}
 	if !ok {
 		return ErrLost
 	}
+	return nil
+}
+
+// releaseUnsure releases the permits of this owner that an unanswered call
+// may have left. It reads the holders from the server, since the handle
+// never learnt the permit's slot and token.
+func (h *Handle) releaseUnsure(ctx context.Context) error {
+	hs, err := h.t.Get(ctx, h.name)
+	if err != nil {
+		return fmt.Errorf("queen-locks: looking up %q to release what an unanswered call may have taken: %w", h.name, err)
+	}
+	for _, hd := range hs {
+		if hd.Owner != h.owner {
+			continue
+		}
+		// Not ours any more (lost) is as good as released here.
+		if _, err := h.t.Release(ctx, h.name, hd.Slot, hd.Token, h.owner); err != nil {
+			return fmt.Errorf("queen-locks: releasing %q: %w", h.name, err)
+		}
+	}
+	h.mu.Lock()
+	h.unsure = false
+	h.mu.Unlock()
 	return nil
 }
 
@@ -329,60 +468,113 @@ func (h *Handle) Guard() wire.Guard {
 // Check asks the server whether the handle's token is still the permit's.
 // When it is not, the handle counts the lock as lost with reason guard.
 func (h *Handle) Check(ctx context.Context) (bool, error) {
-	h.mu.Lock()
-	held, slot, token := h.held, h.slot, h.token
-	h.mu.Unlock()
-	if !held {
-		return false, nil
-	}
-	ok, err := h.t.Check(ctx, h.name, slot, token)
-	if err != nil {
-		return false, err
-	}
-	if !ok {
-		// A renew may have landed between our read of the token and the
-		// check; only a check of the token we hold now counts.
-		if h.Token() == token {
-			h.lose(LostGuard)
+	for {
+		h.mu.Lock()
+		held, slot, token, r, seq, inflight := h.held, h.slot, h.token, h.cur, h.renewSeq, h.renewing
+		h.mu.Unlock()
+		if !held {
+			return false, nil
+		}
+		ok, err := h.t.Check(ctx, h.name, slot, token)
+		if err != nil || ok {
+			return ok, err
+		}
+		// Only a check of the token this holding still has counts. A renew
+		// that overlapped the check may have moved the permit to a new
+		// token before the handle recorded it: wait for its answer and
+		// check the token it leaves.
+		h.mu.Lock()
+		same := h.held && h.cur == r
+		overlapped := inflight != nil || h.renewSeq != seq || h.token != token
+		inflight = h.renewing
+		h.mu.Unlock()
+		if !same {
+			return false, nil // released or lost meanwhile
+		}
+		if !overlapped {
+			h.lose(r, token, LostGuard)
+			return false, nil
+		}
+		if inflight != nil {
+			select {
+			case <-inflight:
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
 		}
 	}
-	return ok, nil
 }
 
 // RunOption adjusts Run.
 type RunOption func(*runConfig)
 
-type runConfig struct{ wait time.Duration }
+type runConfig struct {
+	wait    time.Duration
+	waiting func(reason string)
+}
 
 // Wait lets Run wait up to d for the lock, polling every 100 ms to 1 s with
 // jitter. There is no queue: whoever asks first after a release wins.
 func Wait(d time.Duration) RunOption { return func(c *runConfig) { c.wait = d } }
 
+// Waiting calls fn, with the reason (held, contended), when Run's first try
+// finds the lock taken and Run is going to wait for it.
+func Waiting(fn func(reason string)) RunOption { return func(c *runConfig) { c.waiting = fn } }
+
+// answerTimeout bounds how long Run waits for the answer to an acquire it
+// sent, or for its release, once its context has ended.
+const answerTimeout = 10 * time.Second
+
 // Run acquires the lock (waiting as Wait allows), runs fn with a context
 // that is cancelled when the lock is lost, and releases the lock after. It
-// answers false, without running fn, when the lock could not be had in time.
+// answers false, without running fn, when the lock could not be had in time
+// or ctx ended first. Runs of one handle take turns.
+//
+// An acquire in flight when ctx ends is let finish (up to answerTimeout)
+// and released if it won: abandoning it could leave a permit held that
+// nobody would release before its TTL ends. Likewise an acquire whose
+// answer was lost is looked up and released when Run gives up.
 func (h *Handle) Run(ctx context.Context, fn func(ctx context.Context) error, opts ...RunOption) (bool, error) {
 	var cfg runConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
 	giveUp := time.Now().Add(cfg.wait)
+	if err := h.takeTurn(ctx, giveUp); err != nil {
+		return false, err
+	}
+	defer func() { <-h.turn }()
 	poll := 100 * time.Millisecond
+	told := false
 	for {
-		ok, err := h.Acquire(ctx)
+		if err := ctx.Err(); err != nil {
+			return false, errors.Join(err, h.cleanUp(ctx))
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
+		ok, err := h.Acquire(actx)
+		cancel()
+		if ok && ctx.Err() != nil {
+			return false, errors.Join(ctx.Err(), h.cleanUp(ctx))
+		}
 		if ok {
 			break
 		}
 		left := time.Until(giveUp)
 		if left <= 0 {
-			return false, err
+			return false, errors.Join(err, h.cleanUp(ctx))
+		}
+		if !told && err == nil && cfg.waiting != nil {
+			told = true
+			cfg.waiting(h.Reason())
 		}
 		// Jitter spreads waiters out, so they do not all ask at once.
 		d := min(poll/2+mrand.N(poll), left)
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(d):
+			t.Stop()
+			return false, errors.Join(ctx.Err(), h.cleanUp(ctx))
+		case <-t.C:
 		}
 		poll = min(poll*2, time.Second)
 	}
@@ -391,19 +583,38 @@ func (h *Handle) Run(ctx context.Context, fn func(ctx context.Context) error, op
 	err := fn(runCtx)
 	stop()
 	cancel(nil)
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer rcancel()
-	if rerr := h.Release(rctx); rerr != nil && !errors.Is(rerr, ErrLost) {
+	if rerr := h.cleanUp(ctx); rerr != nil && !errors.Is(rerr, ErrLost) {
 		return true, errors.Join(err, rerr)
 	}
 	return true, err
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.IsZero() || a.Before(b) {
-		return a
+// takeTurn waits, until ctx ends or the time until, for other Runs of this
+// handle to end.
+func (h *Handle) takeTurn(ctx context.Context, until time.Time) error {
+	select {
+	case h.turn <- struct{}{}:
+		return nil
+	default:
 	}
-	return b
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case h.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("queen-locks: %q: another Run of this handle still runs", h.name)
+	}
+}
+
+// cleanUp releases, even once ctx has ended, whatever the handle holds or
+// may hold.
+func (h *Handle) cleanUp(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
+	defer cancel()
+	return h.Release(rctx)
 }
 
 func closed(ch chan struct{}) bool {

@@ -3,27 +3,48 @@ package handle
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/wire"
 )
 
+// TokenFileEnv names the environment variable that points handles and the
+// CLI at the route's token when none is given.
+const TokenFileEnv = "QUEEN_LOCKS_TOKEN_FILE"
+
+// ProjectedTokenFile is where the docs mount the pod's projected
+// ServiceAccount token of audience queen-locks, the token the route accepts.
+const ProjectedTokenFile = "/var/run/secrets/queen-locks/token"
+
 // HTTPOptions configure the route transport.
 type HTTPOptions struct {
 	// Namespace to send in each call; empty lets the route take the token's.
 	Namespace string
-	// Token is a bearer token; TokenFile, when set, is read at every call
+	// Token is a bearer token. TokenFile, when set, is read at every call
 	// instead, since projected ServiceAccount tokens are rotated on disk.
+	// With neither, the transport reads the file $QUEEN_LOCKS_TOKEN_FILE
+	// names, else ProjectedTokenFile when it exists, else sends no token.
 	Token     string
 	TokenFile string
-	// Client is the HTTP client; http.DefaultClient with a timeout if nil.
+	// CAFile is a PEM bundle of the CAs that sign the route's certificate,
+	// for an https:// URL. It is read again at every call and trusted
+	// afresh when its content changes. Empty trusts the system's roots.
+	CAFile string
+	// Client is the HTTP client; one with a 30 s timeout if nil. With a
+	// CAFile its Transport must be an *http.Transport (or nil): the CAs are
+	// set on a copy of it.
 	Client *http.Client
 }
 
@@ -36,20 +57,93 @@ type CallError struct {
 func (e *CallError) Error() string { return fmt.Sprintf("route answered %d: %s", e.Code, e.Message) }
 
 // HTTP is the route transport: url is the route's full address, for example
-// http://queen-locks.queen-locks.svc:6632/api/v1/locks.
+// http://queen-locks.queen-locks.svc:6632/api/v1/locks. A CAFile that cannot
+// be read or holds no certificate fails each call, naming the file.
 func HTTP(url string, o HTTPOptions) Transport {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 30 * time.Second}
 	}
-	return &httpTransport{url: url, o: o}
+	t := &httpTransport{url: url, o: o, client: o.Client}
+	if o.Token == "" && o.TokenFile == "" {
+		if f := os.Getenv(TokenFileEnv); f != "" {
+			t.o.TokenFile = f
+		} else {
+			t.o.TokenFile, t.tokenOptional = ProjectedTokenFile, true
+		}
+	}
+	return t
 }
 
 type httpTransport struct {
 	url string
 	o   HTTPOptions
+	// tokenOptional: the token file is the default one, sent when present.
+	tokenOptional bool
+
+	mu     sync.Mutex
+	client *http.Client // o.Client, or a copy trusting the CAs in ca
+	ca     []byte       // the CA file's content client trusts
 }
 
 func (h *httpTransport) Namespace() string { return h.o.Namespace }
+
+// httpClient is the client to call with: one trusting the CA file's
+// current content. Reading the file at every call costs little beside the
+// call, and picks up a rotated CA without a restart.
+func (h *httpTransport) httpClient() (*http.Client, error) {
+	if h.o.CAFile == "" {
+		return h.o.Client, nil
+	}
+	pem, err := os.ReadFile(h.o.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA file: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ca != nil && bytes.Equal(pem, h.ca) {
+		return h.client, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the CA file %s holds no PEM certificate", h.o.CAFile)
+	}
+	var tr *http.Transport
+	switch base := h.o.Client.Transport.(type) {
+	case nil:
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		tr = base.Clone()
+	default:
+		return nil, fmt.Errorf("a CA file needs the HTTP client's Transport to be an *http.Transport, not %T", base)
+	}
+	if tr.TLSClientConfig == nil {
+		tr.TLSClientConfig = &tls.Config{}
+	}
+	tr.TLSClientConfig.RootCAs = pool
+	tr.TLSClientConfig.MinVersion = max(tr.TLSClientConfig.MinVersion, tls.VersionTLS12)
+	if old, ok := h.client.Transport.(*http.Transport); ok && h.ca != nil {
+		old.CloseIdleConnections() // they trust the CAs of before
+	}
+	c := *h.o.Client
+	c.Transport = tr
+	h.client, h.ca = &c, pem
+	return h.client, nil
+}
+
+// token is the bearer token to send now, "" for none.
+func (h *httpTransport) token() (string, error) {
+	if h.o.TokenFile == "" {
+		return h.o.Token, nil
+	}
+	b, err := os.ReadFile(h.o.TokenFile)
+	if err != nil {
+		if h.tokenOptional && errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading the token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
 
 // call sends one operation and answers its result.
 func (h *httpTransport) call(ctx context.Context, op map[string]any) (wire.Result, error) {
@@ -66,19 +160,23 @@ func (h *httpTransport) call(ctx context.Context, op map[string]any) (wire.Resul
 		return wire.Result{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	token := h.o.Token
-	if h.o.TokenFile != "" {
-		b, err := os.ReadFile(h.o.TokenFile)
-		if err != nil {
-			return wire.Result{}, fmt.Errorf("reading the token: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := h.token()
+	if err != nil {
+		return wire.Result{}, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := h.o.Client.Do(req)
+	c, err := h.httpClient()
 	if err != nil {
+		return wire.Result{}, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		var cv *tls.CertificateVerificationError
+		if errors.As(err, &cv) {
+			return wire.Result{}, fmt.Errorf("the route's certificate is not trusted (give the CA that signed it as the CA file): %w", err)
+		}
 		return wire.Result{}, err
 	}
 	defer resp.Body.Close()

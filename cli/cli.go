@@ -47,15 +47,21 @@ Usage:
   queenlock list                      (over the Kubernetes API only)
 
 Where the locks are, in this order:
-  --server URL, or QUEEN_LOCKS_URL   the route, e.g. http://queen-locks.queen-locks.svc:6632;
-                                     sends the pod's ServiceAccount token when it has one
+  --server URL, or QUEEN_LOCKS_URL   the route, e.g. https://queen-locks.queen-locks.svc:6632
+    --token-file FILE, or QUEEN_LOCKS_TOKEN_FILE
+                                     its bearer token, re-read at every call (default
+                                     /var/run/secrets/queen-locks/token when it exists)
+    --ca-file FILE, or QUEEN_LOCKS_CA_FILE
+                                     PEM CAs that sign the route's certificate (https)
   --kubeconfig FILE, or in a pod     straight to the Kubernetes API
   -n, --namespace NS                 the namespace of the locks
 
 Exit status: 0 done; 1 error; 2 bad usage; 3 not acquired, or lost.
-run exits with CMD's status; 0 without running CMD when the lock is held
-elsewhere (or --held-exit-code); 75 when the lock was lost while CMD ran and
-CMD exited 0.
+run exits with CMD's status (128+N when CMD died of signal N); 0 without
+running CMD when the lock is held elsewhere (or --held-exit-code); 75 when
+the lock was lost while CMD ran and CMD exited 0; 128+N when signal N
+(SIGTERM, SIGINT, SIGHUP) stopped it before CMD ran. Those signals are passed
+on to CMD while it runs; the lock is released before queenlock exits.
 `
 
 // Env is what the command sees of its process: arguments, streams, environment.
@@ -109,7 +115,7 @@ func usageError(format string, args ...any) error {
 
 // common are the flags every command takes.
 type common struct {
-	server, kubeconfig, namespace, tokenFile string
+	server, kubeconfig, namespace, tokenFile, caFile string
 }
 
 func (c *common) bind(fs *flag.FlagSet) {
@@ -117,8 +123,12 @@ func (c *common) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig, to talk to the Kubernetes API directly")
 	fs.StringVar(&c.namespace, "namespace", "", "namespace of the locks")
 	fs.StringVar(&c.namespace, "n", "", "namespace of the locks (shorthand)")
-	fs.StringVar(&c.tokenFile, "token-file", "", "bearer token for the route (default: the pod's ServiceAccount token, if any)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "bearer token for the route, re-read at every call (default $"+handle.TokenFileEnv+", else "+handle.ProjectedTokenFile+" when it exists)")
+	fs.StringVar(&c.caFile, "ca-file", "", "PEM CAs that sign the route's certificate (default $"+caFileEnv+")")
 }
+
+// caFileEnv names the environment variable with the route's CA file.
+const caFileEnv = "QUEEN_LOCKS_CA_FILE"
 
 // parse reads flags around the one positional NAME, and answers NAME and
 // whatever follows a "--".
@@ -157,11 +167,18 @@ func (c *common) transport(e Env) (handle.Transport, client.Client, error) {
 		}
 		tokenFile := c.tokenFile
 		if tokenFile == "" {
-			if _, err := os.Stat(handle.ServiceAccountTokenFile); err == nil {
-				tokenFile = handle.ServiceAccountTokenFile
-			}
+			tokenFile = e.Getenv(handle.TokenFileEnv)
 		}
-		return handle.HTTP(server, handle.HTTPOptions{Namespace: c.namespace, TokenFile: tokenFile}), nil, nil
+		// With neither, the transport sends the projected token when the
+		// pod has one mounted at the default path.
+		caFile := c.caFile
+		if caFile == "" {
+			caFile = e.Getenv(caFileEnv)
+		}
+		return handle.HTTP(server, handle.HTTPOptions{Namespace: c.namespace, TokenFile: tokenFile, CAFile: caFile}), nil, nil
+	}
+	if c.caFile != "" || c.tokenFile != "" {
+		return nil, nil, usageError("--ca-file and --token-file are for the route: give --server or QUEEN_LOCKS_URL too")
 	}
 	var cfg *rest.Config
 	ns := c.namespace

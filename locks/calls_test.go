@@ -17,6 +17,7 @@ import (
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/wake"
 )
 
 // counting is the real API server, with a count of the calls made to it.
@@ -257,5 +258,25 @@ func TestQuotaIsAnAnswer(t *testing.T) {
 		if err != nil || a.Acquired || a.Reason != locks.ReasonQuota {
 			t.Fatalf("acquire past the quota, limit %d: %+v %v", limit, a, err)
 		}
+	}
+}
+
+// A waiting acquire costs a try when it starts and one when its wait is
+// over, and nothing in between while nothing changes.
+func TestAWaiterMakesNoCallsWhileNothingChanges(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	if a, err := locks.New(env.Client, nil).Acquire(ctx, ns, "quiet", "a", 60, 1); err != nil || !a.Acquired {
+		t.Fatal(a, err)
+	}
+	c := &counting{Client: env.Client}
+	hub := wake.NewHub(10, 0, nil)
+	got, err := locks.New(c, nil).Acquire(ctx, ns, "quiet", "b", 60, 1, locks.WaitUpTo(1500*time.Millisecond, hub))
+	if err != nil || got.Acquired || got.Reason != locks.ReasonHeld {
+		t.Fatalf("answer %+v %v", got, err)
+	}
+	calls(t, c, "create", "get", "create", "get")
+	if hub.Waiting() != 0 {
+		t.Fatalf("%d still waiting", hub.Waiting())
 	}
 }

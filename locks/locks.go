@@ -144,8 +144,36 @@ func MintOwner(prefix string) string {
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
-	pod *locksv1alpha1.PodRef
+	pod   *locksv1alpha1.PodRef
+	wait  time.Duration
+	waker Waker
 }
+
+// Waker tells a waiting acquire when a permit of its lock may have freed.
+type Waker interface {
+	// Wait queues a waiter; false when no more may wait.
+	Wait(ns, lock string) (Waiter, bool)
+}
+
+// Waiter is one queued acquire.
+type Waiter interface {
+	// C is signalled when a slot may have freed.
+	C() <-chan struct{}
+	// Tried says how the try after a signal went.
+	Tried(won bool)
+	// Done leaves the queue.
+	Done()
+}
+
+// WaitUpTo lets an acquire wait up to d for a slot to free, woken by w.
+// When w has no room for another waiter, the acquire answers at once.
+func WaitUpTo(d time.Duration, w Waker) AcquireOption {
+	return func(c *acquireConfig) { c.wait, c.waker = d, w }
+}
+
+// tryTimeout bounds one try of a waiting acquire, which runs to its end
+// even when the caller goes away, so that what it won can be given back.
+const tryTimeout = 15 * time.Second
 
 // HolderPod records the holder's pod on the permit, so that the permit is
 // freed as soon as that pod is gone. An empty name records none.
@@ -180,10 +208,68 @@ func (l *Client) Acquire(ctx context.Context, ns, lock, owner string, ttlSeconds
 	for _, o := range opts {
 		o(&a.acquireConfig)
 	}
-	if limit <= 1 {
+	if a.wait > 0 && a.waker != nil {
+		return l.acquireWaiting(ctx, a)
+	}
+	return l.acquireOnce(ctx, a)
+}
+
+func (l *Client) acquireOnce(ctx context.Context, a *acquire) (Acquired, error) {
+	if a.limit <= 1 {
 		return l.acquireLock(ctx, a)
 	}
 	return l.acquireSemaphore(ctx, a)
+}
+
+// acquireWaiting tries, and while the lock is held waits for a wake and
+// tries again, until it wins or the wait is over; then it answers as a
+// plain acquire would. The waiter is queued before the first try, so a
+// release between that try and the wait is not missed.
+//
+// A caller that went away never acquires: each try runs to its end on its
+// own, and a permit won by a try the caller no longer waits for is
+// released at once.
+func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, error) {
+	w, ok := a.waker.Wait(a.ns, a.lock)
+	if !ok {
+		return l.acquireOnce(ctx, a)
+	}
+	defer w.Done()
+	deadline := time.NewTimer(a.wait)
+	defer deadline.Stop()
+	last := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return Acquired{}, err
+		}
+		got, err := l.try(ctx, a)
+		w.Tried(err == nil && got.Acquired)
+		if last || err != nil || got.Acquired || (got.Reason != ReasonHeld && got.Reason != ReasonContended) {
+			return got, err
+		}
+		select {
+		case <-w.C():
+		case <-deadline.C:
+			last = true
+		case <-ctx.Done():
+			return Acquired{}, ctx.Err()
+		}
+	}
+}
+
+// try is one acquire that the caller's going away does not cut short.
+func (l *Client) try(ctx context.Context, a *acquire) (Acquired, error) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tryTimeout)
+	defer cancel()
+	got, err := l.acquireOnce(tctx, a)
+	if err == nil && got.Acquired && !got.Already && ctx.Err() != nil {
+		// Nobody waits for this answer any more: give the slot back.
+		if _, rerr := l.Release(tctx, a.ns, a.lock, got.Slot, got.Token, a.owner); rerr != nil {
+			return Acquired{}, fmt.Errorf("the caller went away while acquiring lock %q, and releasing the slot it won failed: %w", a.lock, rerr)
+		}
+		return Acquired{}, ctx.Err()
+	}
+	return got, err
 }
 
 func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) {

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +30,7 @@ import (
 	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/wake"
 	"github.com/queen-locks/queen-locks/webhook"
 )
 
@@ -72,6 +73,9 @@ type Options struct {
 	RouteTLSCertDir string
 	// RouteLimits bound slow and large calls; route.DefaultLimits when zero.
 	RouteLimits route.Limits
+	// MaxWaiters bounds the acquires that wait (waitSeconds) at once on
+	// this replica; wake.DefaultMaxWaiters when 0.
+	MaxWaiters int
 
 	// SkipNameValidation lets a process run more than one manager (tests
 	// that need a second control plane); a real manager runs alone.
@@ -141,6 +145,13 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	if o.RouteAddr != "" {
+		if o.MaxWaiters == 0 {
+			o.MaxWaiters = wake.DefaultMaxWaiters
+		}
+		hub, err := wake.ForManager(mgr, o.ExpiryGrace, o.MaxWaiters)
+		if err != nil {
+			return nil, err
+		}
 		srv, err := route.New(route.Config{
 			Addr:             o.RouteAddr,
 			Auth:             o.Auth,
@@ -148,6 +159,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			Audiences:        o.RouteAudiences,
 			TLSCertDir:       o.RouteTLSCertDir,
 			Limits:           o.RouteLimits,
+			Waker:            hub,
 			REST:             cfg,
 			Scheme:           Scheme,
 			Mapper:           mgr.GetRESTMapper(),

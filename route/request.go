@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -25,7 +26,7 @@ const (
 
 // fields lists, per operation, the fields it takes and which are required.
 var fields = map[string]map[string]bool{
-	OpAcquire: {"op": true, "name": true, "ttlSeconds": true, "owner": false, "limit": false},
+	OpAcquire: {"op": true, "name": true, "ttlSeconds": true, "owner": false, "limit": false, "waitSeconds": false},
 	OpRenew:   {"op": true, "name": true, "slot": false, "token": true, "owner": false, "ttlSeconds": false},
 	OpRelease: {"op": true, "name": true, "slot": false, "token": true, "owner": false},
 	OpGet:     {"op": true, "name": true},
@@ -41,9 +42,12 @@ type Operation struct {
 	Owner      string // "" when the caller sent none
 	TTLSeconds int64  // 0 when a renew sent none: keep the permit's
 	Limit      int    // acquire; 1 when not sent
-	Slot       int    // renew, release, check; 0 when not sent
-	Token      uint64 // renew, release
-	Expect     uint64 // check
+	// WaitSeconds is how long an acquire may wait for a slot to free; 0
+	// answers at once.
+	WaitSeconds int
+	Slot        int    // renew, release, check; 0 when not sent
+	Token       uint64 // renew, release
+	Expect      uint64 // check
 }
 
 // Request is a decoded, validated call.
@@ -184,6 +188,11 @@ func decodeOp(i int, raw json.RawMessage) (Operation, *BadRequest) {
 	})
 	field("ttlSeconds", func(r json.RawMessage) (err error) {
 		op.TTLSeconds, err = integer(r, 1, permit.MaxTTLSeconds)
+		return err
+	})
+	field("waitSeconds", func(r json.RawMessage) error {
+		n, err := integer(r, 0, int64(MaxWait/time.Second))
+		op.WaitSeconds = int(n)
 		return err
 	})
 	field("limit", func(r json.RawMessage) error {

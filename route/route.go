@@ -87,6 +87,9 @@ type Config struct {
 	// Locks adjusts how operations are carried out: the skew grace, and the
 	// informer that spares a release its read.
 	Locks []locks.Option
+	// Waker wakes acquires that wait (waitSeconds); nil answers every
+	// acquire at once.
+	Waker locks.Waker
 }
 
 // Server is the route. It is a manager Runnable that every replica runs.
@@ -416,7 +419,8 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 	var wg sync.WaitGroup
 	for i, op := range ops {
 		wg.Go(func() {
-			octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+			// A waiting acquire has its wait on top of the usual bound.
+			octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout+time.Duration(op.WaitSeconds)*time.Second)
 			defer cancel()
 			start := s.cfg.Clock.Now()
 			results[i], errs[i] = s.do(octx, caller, ns, i, op)
@@ -457,7 +461,11 @@ func (s *Server) do(ctx context.Context, caller Caller, ns string, i int, op Ope
 		if owner == "" {
 			owner = locks.MintOwner("route-")
 		}
-		a, err := lc.Acquire(ctx, ns, op.Name, owner, op.TTLSeconds, op.Limit, locks.HolderPod(caller.PodName, caller.PodUID))
+		opts := []locks.AcquireOption{locks.HolderPod(caller.PodName, caller.PodUID)}
+		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
+			opts = append(opts, locks.WaitUpTo(time.Duration(op.WaitSeconds)*time.Second, s.cfg.Waker))
+		}
+		a, err := lc.Acquire(ctx, ns, op.Name, owner, op.TTLSeconds, op.Limit, opts...)
 		if err != nil {
 			return res, err
 		}

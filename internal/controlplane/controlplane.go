@@ -33,6 +33,7 @@ import (
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/manager"
 	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/wake"
 )
 
 // Options choose what the manager runs.
@@ -81,6 +82,8 @@ type Env struct {
 	// Grace is the manager's expiry grace: a takeover is admitted, and the
 	// controller deletes, only this long after a permit's expireTime.
 	Grace time.Duration
+	// Waker wakes waiting acquires of the routes started here.
+	Waker *wake.Hub
 	stop  context.CancelFunc
 	done  chan struct{}
 	err   error
@@ -178,6 +181,11 @@ func Start(o Options) (*Env, error) {
 		}
 	}
 	e.Manager = mgr
+	// The routes tests start wake their waiting acquires from the
+	// manager's watch, as the manager's own route does.
+	if e.Waker, err = wake.ForManager(mgr, o.ExpiryGrace, wake.DefaultMaxWaiters); err != nil {
+		return fail(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop, e.done = cancel, make(chan struct{})
 	go func() {
@@ -304,6 +312,9 @@ func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err err
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = 10 * time.Second
+	}
+	if c.Waker == nil && e.Waker != nil {
+		c.Waker = e.Waker
 	}
 	if c.Locks == nil {
 		// As the manager runs it: the same grace as its webhook, and its

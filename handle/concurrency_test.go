@@ -248,3 +248,43 @@ func warmUp(t *testing.T, tr handle.Transport) {
 		t.Fatal(err)
 	}
 }
+
+// An OnLost callback may acquire again: it runs once the lost holding's
+// renew loop has ended, so Acquire does not wait on it for ever.
+func TestOnLostMayAcquireAgain(t *testing.T) {
+	transports(t, func(t *testing.T, ns string, tr handle.Transport) {
+		ctx := context.Background()
+		h := handle.New(tr).Lock("again", 3*time.Second)
+		again := make(chan error, 1)
+		var once sync.Once
+		h.OnLost(func(string) {
+			once.Do(func() {
+				ok, err := h.Acquire(ctx)
+				if err == nil && !ok {
+					err = fmt.Errorf("not acquired: %s", h.Reason())
+				}
+				again <- err
+			})
+		})
+		if ok, err := h.Acquire(ctx); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if err := env.Client.Delete(ctx, stored(t, ns, "again", 0)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-again:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Acquire from OnLost never answered")
+		}
+		if p := stored(t, ns, "again", 0); !h.Held() || p == nil || p.Spec.Owner != h.Owner() {
+			t.Fatalf("held %v, stored %v", h.Held(), p)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

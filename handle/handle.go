@@ -241,7 +241,15 @@ func (h *Handle) start(slot int, token uint64, sent time.Time) {
 
 // renewLoop renews every third of the lifetime until stopped or lost.
 func (h *Handle) renewLoop(r *holding) {
-	defer close(r.done)
+	// On a loss the OnLost callbacks run once the loop has ended, so that
+	// one may call Acquire, which waits for this loop to end.
+	var lost func()
+	defer func() {
+		close(r.done)
+		if lost != nil {
+			lost()
+		}
+	}()
 	interval := h.ttl / 3
 	retry := max(h.ttl/10, 100*time.Millisecond)
 	next := time.NewTimer(interval)
@@ -256,7 +264,7 @@ func (h *Handle) renewLoop(r *holding) {
 			expiry.Stop()
 			return
 		case <-expiry.C:
-			h.lose(r, 0, LostExpired)
+			lost = h.lose(r, 0, LostExpired)
 			return
 		case <-next.C:
 			expiry.Stop()
@@ -285,7 +293,7 @@ func (h *Handle) renewLoop(r *holding) {
 				// The server did not answer: keep trying until the deadline.
 				next.Reset(retry)
 			case !rn.Renewed:
-				h.lose(r, 0, LostRenew)
+				lost = h.lose(r, 0, LostRenew)
 				stopped = true
 			default:
 				h.renewed(r, rn.Token, sent)
@@ -317,23 +325,25 @@ func (h *Handle) renewed(r *holding, token uint64, sent time.Time) {
 	}
 }
 
-// lose marks the holding r lost, once, stops its renewing and tells whoever
-// listens. With a token other than 0 it does so only while that token is
-// still the handle's: a renew may have moved on since the caller read it.
-func (h *Handle) lose(r *holding, token uint64, reason string) {
+// lose marks the holding r lost, once, and stops its renewing. With a token
+// other than 0 it does so only while that token is still the handle's: a
+// renew may have moved on since the caller read it. It answers the call
+// that tells the OnLost callbacks, for the caller to make outside any lock.
+func (h *Handle) lose(r *holding, token uint64, reason string) (tell func()) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if !h.held || h.cur != r || (token != 0 && h.token != token) {
-		h.mu.Unlock()
-		return
+		return func() {}
 	}
 	h.held, h.reason = false, reason
 	close(h.lost)
 	h.cancel(fmt.Errorf("%w: %s", ErrLost, reason))
 	r.halt()
 	fns := append([]func(string){}, h.onLost...)
-	h.mu.Unlock()
-	for _, fn := range fns {
-		fn(reason)
+	return func() {
+		for _, fn := range fns {
+			fn(reason)
+		}
 	}
 }
 
@@ -443,14 +453,17 @@ func (h *Handle) Lost() <-chan struct{} {
 	return h.lost
 }
 
-// OnLost calls fn, with the reason, whenever a held lock is lost.
+// OnLost calls fn, with the reason, whenever a held lock is lost. fn may
+// call the handle's methods, Acquire included.
 func (h *Handle) OnLost(fn func(reason string)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.onLost = append(h.onLost, fn)
 }
 
-// OnRenew calls fn with the new token after each successful renew.
+// OnRenew calls fn with the new token after each successful renew. fn runs
+// on the goroutine that renews, before the next renew: it must return
+// promptly and must not call Release, which waits for that goroutine.
 func (h *Handle) OnRenew(fn func(token uint64)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -492,7 +505,7 @@ func (h *Handle) Check(ctx context.Context) (bool, error) {
 			return false, nil // released or lost meanwhile
 		}
 		if !overlapped {
-			h.lose(r, token, LostGuard)
+			h.lose(r, token, LostGuard)()
 			return false, nil
 		}
 		if inflight != nil {

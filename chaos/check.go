@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -10,32 +11,55 @@ import (
 
 // Report is what the checks found.
 type Report struct {
-	Ops        map[string]int // "kind/outcome" -> count
-	Permits    int            // permit versions recorded
-	Objects    int            // ConfigMap versions recorded
-	Handovers  map[string]int // release, expiry, takeover
-	Renewals   int
-	Accepted   int // guarded writes stored
-	Window     int // stored writes whose permit changed between the guard's read and the commit (docs/fencing.md)
-	Resolved   int // lost answers settled from the record (linearizability)
-	Dropped    int // lost answers that left no trace: not applied
-	Open       int // lost answers left open (a release, or an expiry)
-	Linearized string
-	Violations []string
+	Ops       map[string]int // "kind/outcome" -> count
+	Permits   int            // permit versions recorded
+	Objects   int            // ConfigMap versions recorded
+	Handovers map[string]int // release, expiry, takeover
+	Renewals  int
+	Accepted  int // guarded writes stored
+	Window    int // stored writes whose permit changed between the guard's read and the commit (docs/fencing.md)
+	Deletes   int // deletes of the guarded object admitted (each under a current mark)
+	// Misbehaving: "role kind/outcome" -> count of the misbehaving clients'
+	// operations on the guarded object.
+	Misbehaving map[string]int
+	// LongestWait is the longest time, in ns, from a lease's release or
+	// expiry to the next acquire, among the gaps in which a client was
+	// refused (held or contended).
+	LongestWait int64
+	// Excused counts acquires refused past the bound only because no
+	// replica led the expiry controller; LongestExcused is the longest such
+	// wait, in ns.
+	Excused        int
+	LongestExcused int64
+	Resolved       int // lost answers settled from the record (linearizability)
+	Dropped        int // lost answers that left no trace: not applied
+	Open           int // lost answers left open (a release, or an expiry)
+	Linearized     string
+	Violations     []string
 }
 
 // Check runs every check over h. timeout bounds the linearizability search.
 func Check(h History, timeout time.Duration) Report {
-	r := Report{Ops: map[string]int{}, Handovers: map[string]int{}, Permits: len(h.Permits), Objects: len(h.Objects)}
+	r := Report{Ops: map[string]int{}, Handovers: map[string]int{}, Misbehaving: map[string]int{}, Permits: len(h.Permits), Objects: len(h.Objects)}
+	b := boundsOf(h)
 	for _, op := range h.Ops {
-		r.Ops[op.Kind+"/"+op.Outcome]++
+		if op.Lock != "" && op.Kind != KindWrite {
+			r.Ops[op.Lock+": "+op.Kind+"/"+op.Outcome]++
+		} else {
+			r.Ops[op.Kind+"/"+op.Outcome]++
+		}
+		if op.Role != "" && op.Role != RoleHolder {
+			r.Misbehaving[op.Role+" "+op.Kind+"/"+op.Outcome]++
+		}
 		if op.BadCall {
 			r.violate(fmt.Sprintf("harness: the route refused a call as malformed: %s", op))
 		}
 	}
 	r.checkOrder(h)
-	r.checkFences(h)
+	r.checkFences(h, b)
+	r.checkDeletes(h, b)
 	r.checkHandovers(h)
+	r.checkAvailable(h, b)
 	r.checkAcknowledged(h)
 	ops, resolved, dropped := resolve(h.Ops, h.Permits)
 	r.Resolved, r.Dropped = resolved, dropped
@@ -44,7 +68,7 @@ func Check(h History, timeout time.Duration) Report {
 			r.Open++
 		}
 	}
-	switch res, _ := checkLinearizable(ops, timeout); res {
+	switch res, _ := checkLinearizable(ops, b, timeout); res {
 	case porcupine.Ok:
 		r.Linearized = "yes"
 	case porcupine.Illegal:
@@ -71,12 +95,15 @@ func (r *Report) checkOrder(h History) {
 	}
 }
 
-// checkFences: the tokens the ConfigMap accepted never go down, and each
-// was the permit's current token, on a lease that had not ended, when its
-// write was admitted.
+// checkFences: every version of the ConfigMap was stored by a guarded
+// write of the run's lock (slot 0) sent by a holder, with the record set
+// from that write's own guard; the tokens it accepted never go down; and
+// each was the permit's current token, on a lease that had not ended, when
+// its write was admitted.
 //
-// A write sent after its token's lease ended (by the server's stamp) was
-// admitted after it too: the guard must have refused it.
+// A write sent after its token's lease ended (by the server's stamp,
+// allowing for the skew of the replica that judged it) was admitted after
+// it too: the guard must have refused it.
 //
 // Admission happens between the write's call and its commit. When the
 // permit's next version (after the writer's token) committed after the
@@ -87,20 +114,30 @@ func (r *Report) checkOrder(h History) {
 // the watcher's receipt time bounds its commit from above, so a next
 // version received before the call proves the write was admitted under a
 // replaced token.
-func (r *Report) checkFences(h History) {
-	sent := map[[2]uint64][]Op{} // (token, counter) -> write attempts
+func (r *Report) checkFences(h History, b bounds) {
+	type key struct {
+		token, counter uint64
+		create         bool
+	}
+	sent := map[key][]Op{} // write attempts by a holder of the run's lock
 	for _, op := range h.Ops {
-		if op.Kind == KindWrite && op.Outcome != Failed && op.Outcome != Refused {
-			k := [2]uint64{op.Token, uint64(op.Counter)}
+		if op.Kind == KindWrite && op.Outcome != Failed && op.Outcome != Refused && op.Lock == "" && op.Guard != "" {
+			k := key{op.Token, uint64(op.Counter), op.Create}
 			sent[k] = append(sent[k], op)
 		}
 	}
+	want := fmt.Sprintf("%s#0", Lock)
 	var highest uint64
 	for _, w := range h.Objects {
-		if w.Type == "DELETED" || w.Token == 0 {
+		if w.Type == "DELETED" {
 			continue
 		}
 		r.Accepted++
+		if w.Fence == 0 || w.FenceLock != want {
+			r.violate(fmt.Sprintf("fence: version %d of the ConfigMap (writer %q, token %d) was stored with the record %q=%d, not one of lock %s: a write without a guard, or under another lock's, was accepted",
+				w.Version, w.Writer, w.Token, w.FenceLock, w.Fence, want))
+			continue
+		}
 		if w.Token < highest {
 			r.violate(fmt.Sprintf("fence: the ConfigMap accepted token %d at version %d after token %d", w.Token, w.Version, highest))
 		}
@@ -109,20 +146,20 @@ func (r *Report) checkFences(h History) {
 			r.violate(fmt.Sprintf("fence: version %d was written under token %d but records fence %d", w.Version, w.Token, w.Fence))
 		}
 		i := sort.Search(len(h.Permits), func(i int) bool { return h.Permits[i].Version >= w.Token })
-		if i == len(h.Permits) || h.Permits[i].Version != w.Token || h.Permits[i].Type == "DELETED" {
-			r.violate(fmt.Sprintf("fence: version %d of the ConfigMap was accepted under token %d, which is no version of the permit", w.Version, w.Token))
+		if i == len(h.Permits) || h.Permits[i].Version != w.Token || h.Permits[i].Type == "DELETED" || h.Permits[i].Deleting {
+			r.violate(fmt.Sprintf("fence: version %d of the ConfigMap was accepted under token %d, which is no held version of the permit", w.Version, w.Token))
 			continue
 		}
-		attempts := sent[[2]uint64{w.Token, uint64(w.Counter)}]
+		attempts := sent[key{w.Token, uint64(w.Counter), w.Type == "ADDED"}]
 		if len(attempts) == 0 {
-			r.violate(fmt.Sprintf("fence: version %d (token %d, counter %d) matches no write a client sent", w.Version, w.Token, w.Counter))
+			r.violate(fmt.Sprintf("fence: version %d (%s, token %d, counter %d) matches no guarded write a client sent", w.Version, w.Type, w.Token, w.Counter))
 			continue
 		}
 		call := attempts[0].Call
 		for _, a := range attempts {
 			call = min(call, a.Call)
 		}
-		if end := h.Permits[i].ExpireTime; call >= end {
+		if end := h.Permits[i].ExpireTime; call-b.skew >= end {
 			r.violate(fmt.Sprintf("fence: the write of counter %d under token %d was sent at %s, after that lease ended at %s, and was still accepted",
 				w.Counter, w.Token, stamp(call), stamp(end)))
 			continue
@@ -140,13 +177,66 @@ func (r *Report) checkFences(h History) {
 	}
 }
 
+// checkDeletes: the guarded ConfigMap was deleted only while its last write
+// had marked it deletable under a token that was still current: the
+// permit's next version came after the delete, or (the same window as a
+// write's) was not yet visible when some delete was sent; and no delete
+// was sent after that lease had ended.
+func (r *Report) checkDeletes(h History, b bounds) {
+	var sent []Op
+	for _, op := range h.Ops {
+		if op.Kind == KindDelete && op.Outcome != Failed && op.Outcome != Refused {
+			sent = append(sent, op)
+		}
+	}
+	for _, d := range h.Objects {
+		if d.Type != "DELETED" {
+			continue
+		}
+		r.Deletes++
+		if d.Fence == 0 || d.Deletable != strconv.FormatUint(d.Fence, 10) {
+			r.violate(fmt.Sprintf("delete: the ConfigMap was deleted (version %d) though its last write (record %s=%d, mark %q) had not marked it deletable under its token",
+				d.Version, d.FenceLock, d.Fence, d.Deletable))
+			continue
+		}
+		i := sort.Search(len(h.Permits), func(i int) bool { return h.Permits[i].Version >= d.Fence })
+		if i == len(h.Permits) || h.Permits[i].Version != d.Fence {
+			r.violate(fmt.Sprintf("delete: the ConfigMap was deleted (version %d) under token %d, which is no version of the permit", d.Version, d.Fence))
+			continue
+		}
+		// The latest delete sent before the watcher saw this one.
+		var call int64
+		for _, op := range sent {
+			if op.Call < d.Seen {
+				call = max(call, op.Call)
+			}
+		}
+		if call == 0 {
+			r.violate(fmt.Sprintf("delete: the ConfigMap was deleted (version %d), but no client sent a delete before it was seen", d.Version))
+			continue
+		}
+		p := h.Permits[i]
+		if i+1 < len(h.Permits) && h.Permits[i+1].Version < d.Version {
+			if next := h.Permits[i+1]; next.Seen < call {
+				r.violate(fmt.Sprintf("delete: the ConfigMap was deleted (version %d) under token %d by a delete sent at %s, after the permit had moved on to version %d (seen %s)",
+					d.Version, d.Fence, stamp(call), next.Version, stamp(next.Seen)))
+				continue
+			}
+		}
+		if call-b.skew >= p.ExpireTime {
+			r.violate(fmt.Sprintf("delete: the ConfigMap was deleted (version %d) under token %d by a delete sent at %s, after that lease ended at %s",
+				d.Version, d.Fence, stamp(call), stamp(p.ExpireTime)))
+		}
+	}
+}
+
 // checkHandovers: by the server-stamped times, no holder took the permit
 // before the previous lease could have ended, unless the previous holder
 // released it; and no renew landed after its lease had ended.
 func (r *Report) checkHandovers(h History) {
-	released := map[string][]int64{} // owner -> calls of its releases
+	released := map[string][]int64{} // owner -> calls of releases and revokes of its permit
 	for _, op := range h.Ops {
-		if op.Kind == KindRelease && op.Outcome != Failed {
+		if (op.Kind == KindRelease || op.Kind == KindRevoke) && op.Outcome != Failed && op.Lock == "" {
 			released[op.Owner] = append(released[op.Owner], op.Call)
 		}
 	}
@@ -180,6 +270,18 @@ func (r *Report) checkHandovers(h History) {
 				prev = e
 				continue
 			}
+			if e.Deleting || prev.Deleting {
+				// A foreground or orphan delete in progress: its finalizers
+				// go, nothing else may change.
+				if e.Owner != prev.Owner || e.AcquireTime != prev.AcquireTime || e.ExpireTime != prev.ExpireTime {
+					r.violate(fmt.Sprintf("handover: version %d changed a permit being deleted: %s after %s", e.Version, e, prev))
+				}
+				if !prev.Deleting {
+					r.Handovers["deleting"]++
+				}
+				prev = e
+				continue
+			}
 			if e.AcquireTime != prev.AcquireTime {
 				r.Handovers["takeover"]++
 				if e.AcquireTime < prev.ExpireTime {
@@ -206,18 +308,41 @@ func (r *Report) checkHandovers(h History) {
 func (r *Report) checkAcknowledged(h History) {
 	versions := map[uint64]Event{}
 	deletedOwners := map[string]bool{}
-	for _, e := range h.Permits {
+	deletedAfter := map[uint64]int64{} // version -> when its delete (or deletion start) was seen
+	for i, e := range h.Permits {
 		versions[e.Version] = e
 		if e.Type == "DELETED" {
 			deletedOwners[e.Owner] = true
 		}
+		if i > 0 && (e.Type == "DELETED" || e.Deleting) && !h.Permits[i-1].Deleting {
+			deletedAfter[h.Permits[i-1].Version] = e.Seen
+		}
 	}
 	objects := map[uint64]Event{}
+	var objectDeletes []int64
 	for _, e := range h.Objects {
 		objects[e.Version] = e
+		if e.Type == "DELETED" {
+			objectDeletes = append(objectDeletes, e.Seen)
+		}
 	}
 	for _, op := range h.Ops {
+		if op.Lock != "" {
+			continue // another lock: not recorded
+		}
 		switch op.Kind + "/" + op.Outcome {
+		case KindRevoke + "/" + Released:
+			if _, ok := deletedAfter[op.Token]; !ok {
+				r.violate(fmt.Sprintf("acknowledged: %s, but no delete of version %d was recorded", op, op.Token))
+			}
+		case KindDelete + "/" + Deleted:
+			found := false
+			for _, seen := range objectDeletes {
+				found = found || seen > op.Call
+			}
+			if !found {
+				r.violate(fmt.Sprintf("acknowledged: %s, but no delete of the ConfigMap was recorded after it", op))
+			}
 		case KindAcquire + "/" + Acquired, KindRenew + "/" + Renewed:
 			e, ok := versions[op.NewToken]
 			if !ok || e.Type == "DELETED" || e.Owner != op.Owner || e.ExpireTime != op.ExpiresAt {
@@ -234,4 +359,94 @@ func (r *Report) checkAcknowledged(h History) {
 			}
 		}
 	}
+}
+
+// checkAvailable: the lock never stays unacquirable for longer than a TTL
+// and the grace after a lease ends, while clients ask for it. A lease ends
+// when it is released or revoked (its delete starts) or when it expires;
+// from then on an acquire should win within the grace (a takeover, or the
+// expiry controller's delete) plus the time a delete in progress takes to
+// finish. An acquire answered held or contended, sent later than the end
+// plus the lease's TTL plus the grace and before anyone acquired the lock,
+// is a lock stuck unacquirable: a permit that lingers after its delete, or
+// an expired one nobody may take over. Calls that failed (the manager or
+// API server down) say nothing and are left out; the replicas' skew is
+// allowed on top.
+func (r *Report) checkAvailable(h History, b bounds) {
+	type gap struct {
+		from, to, ttl int64
+		owner         string
+	}
+	var gaps []gap
+	var live *Event // the lease in force, nil when the permit is gone or being deleted
+	var last *Event // the last version of the last lease
+	end := int64(0)
+	for i := range h.Permits {
+		e := &h.Permits[i]
+		acquire := e.Type == "ADDED" || (e.Type == "MODIFIED" && !e.Deleting && last != nil && e.AcquireTime != last.AcquireTime)
+		switch {
+		case acquire:
+			if last != nil {
+				from := last.ExpireTime
+				if end != 0 {
+					from = min(from, end)
+				}
+				gaps = append(gaps, gap{from: from, to: e.AcquireTime, ttl: last.ExpireTime - last.RenewTime, owner: last.Owner})
+			}
+			live, last, end = e, e, 0
+		case e.Type == "DELETED" || e.Deleting:
+			if live != nil {
+				end = e.Seen
+			}
+			live = nil
+		default:
+			live, last = e, e
+		}
+	}
+	if last != nil {
+		from := last.ExpireTime
+		if end != 0 {
+			from = min(from, end)
+		}
+		gaps = append(gaps, gap{from: from, to: 1<<63 - 1, ttl: last.ExpireTime - last.RenewTime, owner: last.Owner})
+	}
+	var refused []Op
+	for _, op := range h.Ops {
+		if op.Kind == KindAcquire && op.Lock == "" && (op.Outcome == Held || op.Outcome == Contended) {
+			refused = append(refused, op)
+		}
+	}
+	sort.Slice(refused, func(i, j int) bool { return refused[i].Call < refused[j].Call })
+	for _, g := range gaps {
+		i := sort.Search(len(refused), func(i int) bool { return refused[i].Call >= g.from })
+		if i == len(refused) || refused[i].Call >= g.to {
+			continue // nobody was refused in this gap
+		}
+		if g.to != 1<<63-1 {
+			r.LongestWait = max(r.LongestWait, g.to-g.from)
+		}
+		budget := g.ttl + b.grace + b.skew
+		for j := sort.Search(len(refused), func(j int) bool { return refused[j].Call >= g.from+budget }); j < len(refused) && refused[j].Call < g.to; j++ {
+			waited := refused[j].Call - g.from
+			if waited-overlap(g.from, refused[j].Call, h.Leaderless) <= budget {
+				r.Excused++
+				r.LongestExcused = max(r.LongestExcused, waited)
+				continue
+			}
+			r.violate(fmt.Sprintf("available: %s's lease ended at %s, yet %s (more than the TTL %s and the grace %s later, with a leader), before anyone acquired the lock",
+				g.owner, stamp(g.from), refused[j], time.Duration(g.ttl), time.Duration(b.grace)))
+			break
+		}
+	}
+}
+
+// overlap is how much of [from, to] the spans cover.
+func overlap(from, to int64, spans [][2]int64) int64 {
+	var sum int64
+	for _, s := range spans {
+		if lo, hi := max(from, s[0]), min(to, s[1]); hi > lo {
+			sum += hi - lo
+		}
+	}
+	return sum
 }

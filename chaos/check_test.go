@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +19,11 @@ func goodHistory() History {
 		Ops: []Op{
 			{Client: 0, Kind: KindAcquire, Owner: "a", TTL: 2, Call: at(0), Return: at(10), Outcome: Acquired, NewToken: 100, ExpiresAt: at(2005)},
 			{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(20), Return: at(30), Outcome: Held, HolderOwner: "a", HolderToken: 100, HolderExpires: at(2005)},
-			{Client: 0, Kind: KindWrite, Owner: "a", Token: 100, Call: at(40), Return: at(50), Outcome: Written, Counter: 1, Version: 101},
+			{Client: 0, Kind: KindWrite, Owner: "a", Token: 100, Guard: "chaos#0=100", Call: at(40), Return: at(50), Outcome: Written, Counter: 1, Version: 101},
 			{Client: 0, Kind: KindRenew, Owner: "a", Token: 100, TTL: 2, Call: at(60), Return: at(70), Outcome: Renewed, NewToken: 102, ExpiresAt: at(2065)},
 			{Client: 0, Kind: KindRelease, Owner: "a", Token: 102, Call: at(80), Return: at(90), Outcome: Released},
 			{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(100), Return: at(110), Outcome: Acquired, NewToken: 104, ExpiresAt: at(2105)},
-			{Client: 1, Kind: KindWrite, Owner: "b", Token: 104, Call: at(120), Return: at(130), Outcome: Written, Counter: 2, Version: 105},
+			{Client: 1, Kind: KindWrite, Owner: "b", Token: 104, Guard: "chaos#0=104", Call: at(120), Return: at(130), Outcome: Written, Counter: 2, Version: 105},
 		},
 		Permits: []Event{
 			{Type: "ADDED", Version: 100, Seen: at(8), Owner: "a", AcquireTime: at(5), RenewTime: at(5), ExpireTime: at(2005)},
@@ -31,9 +32,8 @@ func goodHistory() History {
 			{Type: "ADDED", Version: 104, Seen: at(108), Owner: "b", AcquireTime: at(105), RenewTime: at(105), ExpireTime: at(2105)},
 		},
 		Objects: []Event{
-			{Type: "ADDED", Version: 99, Seen: at(0)},
-			{Type: "MODIFIED", Version: 101, Seen: at(48), Counter: 1, Token: 100, Writer: "a", Fence: 100},
-			{Type: "MODIFIED", Version: 105, Seen: at(128), Counter: 2, Token: 104, Writer: "b", Fence: 104},
+			{Type: "MODIFIED", Version: 101, Seen: at(48), Counter: 1, Token: 100, Writer: "a", Fence: 100, FenceLock: "chaos#0"},
+			{Type: "MODIFIED", Version: 105, Seen: at(128), Counter: 2, Token: 104, Writer: "b", Fence: 104, FenceLock: "chaos#0"},
 		},
 	}
 }
@@ -60,8 +60,8 @@ func TestGoodHistoryPasses(t *testing.T) {
 
 func TestStaleWriteAfterNewerHolderIsFound(t *testing.T) {
 	h := goodHistory()
-	h.Ops = append(h.Ops, Op{Client: 0, Kind: KindWrite, Owner: "a", Token: 102, Call: at(140), Return: at(150), Outcome: Written, Counter: 3, Version: 106})
-	h.Objects = append(h.Objects, Event{Type: "MODIFIED", Version: 106, Seen: at(148), Counter: 3, Token: 102, Writer: "a", Fence: 102})
+	h.Ops = append(h.Ops, Op{Client: 0, Kind: KindWrite, Owner: "a", Token: 102, Guard: "chaos#0=102", Call: at(140), Return: at(150), Outcome: Written, Counter: 3, Version: 106})
+	h.Objects = append(h.Objects, Event{Type: "MODIFIED", Version: 106, Seen: at(148), Counter: 3, Token: 102, Writer: "a", Fence: 102, FenceLock: "chaos#0"})
 	r := Check(h, 10*time.Second)
 	mustFind(t, r, "accepted token 102 at version 106 after token 104")
 	mustFind(t, r, "after the permit had moved on to version 103")
@@ -71,8 +71,8 @@ func TestWriteUnderReplacedTokenIsFound(t *testing.T) {
 	// The permit was released (version 103, seen at 88 ms); a write under
 	// token 102 sent at 95 ms must not be stored, even before b writes.
 	h := goodHistory()
-	h.Ops = append(h.Ops[:6], Op{Client: 0, Kind: KindWrite, Owner: "a", Token: 102, Call: at(95), Return: at(99), Outcome: Written, Counter: 2, Version: 106})
-	h.Objects = append(h.Objects[:2], Event{Type: "MODIFIED", Version: 106, Seen: at(98), Counter: 2, Token: 102, Writer: "a", Fence: 102})
+	h.Ops = append(h.Ops[:6], Op{Client: 0, Kind: KindWrite, Owner: "a", Token: 102, Guard: "chaos#0=102", Call: at(95), Return: at(99), Outcome: Written, Counter: 2, Version: 106})
+	h.Objects = append(h.Objects[:1], Event{Type: "MODIFIED", Version: 106, Seen: at(98), Counter: 2, Token: 102, Writer: "a", Fence: 102, FenceLock: "chaos#0"})
 	r := Check(h, 10*time.Second)
 	mustFind(t, r, "was sent at")
 	if r.Window != 0 {
@@ -85,15 +85,15 @@ func TestWriteAfterTheLeaseEndedIsFound(t *testing.T) {
 	// sent at 2200 ms must not be stored.
 	h := goodHistory()
 	h.Ops[6].Call, h.Ops[6].Return = at(2200), at(2210)
-	h.Objects[2].Seen = at(2208)
+	h.Objects[1].Seen = at(2208)
 	mustFind(t, Check(h, 10*time.Second), "after that lease ended")
 }
 
 func TestWriteInTheWindowIsCountedNotFlagged(t *testing.T) {
 	// Sent at 85 ms, before the release was seen (88 ms), committed after it.
 	h := goodHistory()
-	h.Ops = append(h.Ops[:6], Op{Client: 0, Kind: KindWrite, Owner: "a", Token: 102, Call: at(85), Return: at(99), Outcome: Unknown, Counter: 2})
-	h.Objects = append(h.Objects[:2], Event{Type: "MODIFIED", Version: 106, Seen: at(98), Counter: 2, Token: 102, Writer: "a", Fence: 102})
+	h.Ops = append(h.Ops[:6], Op{Client: 0, Kind: KindWrite, Owner: "a", Token: 102, Guard: "chaos#0=102", Call: at(85), Return: at(99), Outcome: Unknown, Counter: 2})
+	h.Objects = append(h.Objects[:1], Event{Type: "MODIFIED", Version: 106, Seen: at(98), Counter: 2, Token: 102, Writer: "a", Fence: 102, FenceLock: "chaos#0"})
 	r := Check(h, 10*time.Second)
 	if len(r.Violations) != 0 || r.Window != 1 {
 		t.Fatalf("violations %q, window %d", r.Violations, r.Window)
@@ -106,7 +106,7 @@ func TestEarlyHandoverIsFound(t *testing.T) {
 	h.Ops = append(h.Ops[:4:4], Op{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(990), Return: at(1010), Outcome: Acquired, NewToken: 104, ExpiresAt: at(3000)})
 	h.Permits[2].Seen = at(900)
 	h.Permits[3] = Event{Type: "ADDED", Version: 104, Seen: at(1008), Owner: "b", AcquireTime: at(1000), RenewTime: at(1000), ExpireTime: at(3000)}
-	h.Objects = h.Objects[:2]
+	h.Objects = h.Objects[:1]
 	r := Check(h, 10*time.Second)
 	mustFind(t, r, "handover: b acquired")
 	if r.Linearized != "no" {
@@ -133,7 +133,7 @@ func TestRenewAfterExpiryIsFound(t *testing.T) {
 func TestLostAcknowledgementsAreFound(t *testing.T) {
 	h := goodHistory()
 	h.Permits = append(h.Permits[:2:2], h.Permits[3]) // the release's delete is gone
-	h.Objects = h.Objects[:2]                         // and b's write
+	h.Objects = h.Objects[:1]                         // and b's write
 	r := Check(h, 10*time.Second)
 	mustFind(t, r, "no delete of a's permit")
 	mustFind(t, r, "the ConfigMap has no such version")
@@ -143,7 +143,7 @@ func TestTwoHoldersAtOnceAreNotLinearizable(t *testing.T) {
 	h := goodHistory()
 	// b is told it acquired while a holds a live lease.
 	h.Ops[1] = Op{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(20), Return: at(30), Outcome: Acquired, NewToken: 101, ExpiresAt: at(2025)}
-	res, _ := checkLinearizable(h.Ops, 10*time.Second)
+	res, _ := checkLinearizable(h.Ops, bounds{}, 10*time.Second)
 	if res != "Illegal" {
 		t.Fatalf("result %v", res)
 	}
@@ -159,11 +159,11 @@ func TestUnknownOperationsMayOrMayNotApply(t *testing.T) {
 		// and an unknown release by a, which cannot have applied: a no longer holds.
 		Op{Client: 0, Kind: KindRelease, Owner: "a", Token: 102, Call: at(150), Return: at(160), Outcome: Unknown},
 	)
-	if res, _ := checkLinearizable(ops, 10*time.Second); res != "Ok" {
+	if res, _ := checkLinearizable(ops, bounds{}, 10*time.Second); res != "Ok" {
 		t.Fatalf("with c's acquire applied: %v", res)
 	}
 	// Without c's acquire the held answer has no cause.
-	if res, _ := checkLinearizable(append(ops[:5:5], ops[6]), 10*time.Second); res != "Illegal" {
+	if res, _ := checkLinearizable(append(ops[:5:5], ops[6]), bounds{}, 10*time.Second); res != "Illegal" {
 		t.Fatalf("without c's acquire: %v", res)
 	}
 }
@@ -176,12 +176,12 @@ func TestUnknownAcquireDoesNotExcuseAnEarlyTakeover(t *testing.T) {
 		{Client: 0, Kind: KindAcquire, Owner: "a", TTL: 2, Call: at(200), Return: at(210), Outcome: Acquired, NewToken: 100, ExpiresAt: at(2205)},
 		{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(1000), Return: at(1010), Outcome: Acquired, NewToken: 102, ExpiresAt: at(3005)},
 	}
-	if res, _ := checkLinearizable(ops, 10*time.Second); res != "Illegal" {
+	if res, _ := checkLinearizable(ops, bounds{}, 10*time.Second); res != "Illegal" {
 		t.Fatalf("result %v", res)
 	}
 	// After a's lease has ended, b may take it.
 	ops[2].Call, ops[2].Return, ops[2].ExpiresAt = at(2300), at(2310), at(4305)
-	if res, _ := checkLinearizable(ops, 10*time.Second); res != "Ok" {
+	if res, _ := checkLinearizable(ops, bounds{}, 10*time.Second); res != "Ok" {
 		t.Fatalf("result %v", res)
 	}
 }
@@ -225,4 +225,138 @@ func TestAnUnknownReleaseIsBoundedByTheDelete(t *testing.T) {
 	if r := Check(h, 10*time.Second); len(r.Violations) != 0 || r.Open != 1 {
 		t.Fatalf("violations %q, open %d", r.Violations, r.Open)
 	}
+}
+
+func TestAWriteWithoutAGuardOrUnderAnotherLockIsFound(t *testing.T) {
+	h := goodHistory()
+	// Stored without a record: an unguarded write got through.
+	h.Ops = append(h.Ops, Op{Client: 2, Role: RoleUnguarded, Kind: KindWrite, Owner: "u2.1", Call: at(140), Return: at(150), Outcome: Written, Counter: 3, Version: 106})
+	h.Objects = append(h.Objects, Event{Type: "MODIFIED", Version: 106, Seen: at(148), Counter: 3, Writer: "u2.1"})
+	mustFind(t, Check(h, 10*time.Second), `(writer "u2.1", token 0) was stored with the record ""=0`)
+
+	// Stored under a guard of another lock, held at the time.
+	h = goodHistory()
+	h.Ops = append(h.Ops, Op{Client: 3, Role: RoleOtherLock, Lock: OtherLock, Kind: KindWrite, Owner: "o3.1", Token: 107, Guard: "chaos-other#0=107",
+		Call: at(140), Return: at(150), Outcome: Written, Counter: 3, Version: 108})
+	h.Objects = append(h.Objects, Event{Type: "MODIFIED", Version: 108, Seen: at(148), Counter: 3, Token: 107, Writer: "o3.1", Fence: 107, FenceLock: "chaos-other#0"})
+	mustFind(t, Check(h, 10*time.Second), `record "chaos-other#0"=107, not one of lock chaos#0`)
+}
+
+// deleteHistory: b marks the object deletable under its token 104, deletes
+// it and creates it again.
+func deleteHistory() History {
+	h := goodHistory()
+	h.Ops = append(h.Ops,
+		Op{Client: 1, Kind: KindWrite, Owner: "b", Token: 104, Guard: "chaos#0=104", Deletable: true, Call: at(140), Return: at(150), Outcome: Written, Counter: 3, Version: 106},
+		Op{Client: 1, Kind: KindDelete, Owner: "b", Token: 104, Call: at(160), Return: at(170), Outcome: Deleted},
+		Op{Client: 1, Kind: KindWrite, Owner: "b", Token: 104, Guard: "chaos#0=104", Create: true, Call: at(180), Return: at(190), Outcome: Written, Counter: 1, Version: 108},
+	)
+	h.Objects = append(h.Objects,
+		Event{Type: "MODIFIED", Version: 106, Seen: at(148), Counter: 3, Token: 104, Writer: "b", Fence: 104, FenceLock: "chaos#0", Deletable: "104"},
+		Event{Type: "DELETED", Version: 107, Seen: at(168), Counter: 3, Token: 104, Writer: "b", Fence: 104, FenceLock: "chaos#0", Deletable: "104"},
+		Event{Type: "ADDED", Version: 108, Seen: at(188), Counter: 1, Token: 104, Writer: "b", Fence: 104, FenceLock: "chaos#0"},
+	)
+	return h
+}
+
+func TestDeletesOfTheGuardedObject(t *testing.T) {
+	r := Check(deleteHistory(), 10*time.Second)
+	if len(r.Violations) != 0 || r.Deletes != 1 || r.Accepted != 4 {
+		t.Fatalf("violations %q, deletes %d, accepted %d", r.Violations, r.Deletes, r.Accepted)
+	}
+
+	// Deleted though the last write did not mark it.
+	h := deleteHistory()
+	h.Objects[3].Deletable, h.Objects[2].Deletable = "", ""
+	mustFind(t, Check(h, 10*time.Second), "had not marked it deletable")
+
+	// Deleted under a mark whose token had been replaced before the delete
+	// was sent: a takes over at 150 ms, b's delete is sent at 160 ms.
+	h = deleteHistory()
+	h.Permits = append(h.Permits, Event{Type: "MODIFIED", Version: 105, Seen: at(152), Owner: "c", AcquireTime: at(150), RenewTime: at(150), ExpireTime: at(2150)})
+	h.Objects[1].Version = 109 // keep versions unique: b's first write
+	mustFind(t, Check(h, 10*time.Second), "after the permit had moved on")
+
+	// A replaced holder re-creating the object with its old content.
+	h = deleteHistory()
+	h.Ops = append(h.Ops, Op{Client: 0, Role: RoleStale, Kind: KindWrite, Owner: "a", Token: 102, Guard: "chaos#0=102", Create: true,
+		Call: at(200), Return: at(210), Outcome: Unknown, Counter: 1})
+	h.Objects[4] = Event{Type: "ADDED", Version: 108, Seen: at(208), Counter: 1, Token: 102, Writer: "a", Fence: 102, FenceLock: "chaos#0"}
+	mustFind(t, Check(h, 10*time.Second), "accepted token 102 at version 108 after token 104")
+}
+
+// revokeHistory: a holds the lock; a revoker deletes its permit with
+// foreground propagation; the controller removes the finalizer; b acquires.
+func revokeHistory(deleted int64) History {
+	return History{
+		Grace: int64(time.Second),
+		Ops: []Op{
+			{Client: 0, Kind: KindAcquire, Owner: "a", TTL: 2, Call: at(0), Return: at(10), Outcome: Acquired, NewToken: 100, ExpiresAt: at(2005)},
+			{Client: 2, Role: RoleRevoker, Kind: KindRevoke, Owner: "a", Token: 100, Propagation: "Foreground", Call: at(100), Return: at(110), Outcome: Released},
+			{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(120), Return: at(130), Outcome: Contended},
+			{Client: 0, Kind: KindRenew, Owner: "a", Token: 100, TTL: 2, Call: at(140), Return: at(150), Outcome: Lost},
+			{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(deleted + 10), Return: at(deleted + 20), Outcome: Acquired, NewToken: 103, ExpiresAt: at(deleted + 2015)},
+		},
+		Permits: []Event{
+			{Type: "ADDED", Version: 100, Seen: at(8), Owner: "a", AcquireTime: at(5), RenewTime: at(5), ExpireTime: at(2005)},
+			{Type: "MODIFIED", Version: 101, Seen: at(108), Owner: "a", Deleting: true, AcquireTime: at(5), RenewTime: at(5), ExpireTime: at(2005)},
+			{Type: "DELETED", Version: 102, Seen: at(deleted), Owner: "a", AcquireTime: at(5), RenewTime: at(5), ExpireTime: at(2005)},
+			{Type: "ADDED", Version: 103, Seen: at(deleted + 18), Owner: "b", AcquireTime: at(deleted + 15), RenewTime: at(deleted + 15), ExpireTime: at(deleted + 2015)},
+		},
+	}
+}
+
+func TestARevokedPermitIsReleased(t *testing.T) {
+	r := Check(revokeHistory(200), 10*time.Second)
+	if len(r.Violations) != 0 || r.Linearized != "yes" || r.Handovers["release"] != 1 || r.Handovers["deleting"] != 1 {
+		t.Fatalf("violations %q, linearized %s, handovers %v", r.Violations, r.Linearized, r.Handovers)
+	}
+	// Without the revoke, b's acquire came before a's lease could end.
+	h := revokeHistory(200)
+	h.Ops = append(h.Ops[:1:1], h.Ops[2:]...)
+	if r := Check(h, 10*time.Second); r.Linearized != "no" {
+		t.Fatalf("linearized %s", r.Linearized)
+	}
+}
+
+func TestALockStuckUnacquirableIsFound(t *testing.T) {
+	// The revoked permit lingers 5 s, and b is told contended at 4 s: more
+	// than the TTL (2 s) and the grace (1 s) after the release.
+	h := revokeHistory(5000)
+	h.Ops = append(h.Ops, Op{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(4000), Return: at(4010), Outcome: Contended})
+	sortOps(h.Ops)
+	mustFind(t, Check(h, 10*time.Second), "available: a's lease ended at")
+	// The same while no replica led the expiry controller (the leader was
+	// killed at 50 ms, the next one led from 3.5 s): excused, and counted
+	// (3892 ms from the start of the delete, seen at 108 ms).
+	h.Leaderless = [][2]int64{{at(50), at(3500)}}
+	if r := Check(h, 10*time.Second); len(r.Violations) != 0 || r.Excused != 1 || r.LongestExcused != int64(3892*time.Millisecond) {
+		t.Fatalf("violations %q, excused %d (longest %s)", r.Violations, r.Excused, time.Duration(r.LongestExcused))
+	}
+	h.Leaderless = nil
+	// Refused at 3 s only: within the bound.
+	h.Ops = revokeHistory(5000).Ops
+	h.Ops = append(h.Ops, Op{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(3000), Return: at(3010), Outcome: Contended})
+	sortOps(h.Ops)
+	if r := Check(h, 10*time.Second); len(r.Violations) != 0 {
+		t.Fatalf("violations %q", r.Violations)
+	}
+}
+
+func TestHeldWithinTheGraceIsLinearizable(t *testing.T) {
+	// a's lease ended at 2005 ms; the route answers held until the grace
+	// (1 s) has passed as well.
+	h := goodHistory()
+	h.Ops = h.Ops[:1]
+	h.Ops = append(h.Ops, Op{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(2500), Return: at(2510), Outcome: Held, HolderOwner: "a", HolderToken: 100, HolderExpires: at(2005)})
+	if res, _ := checkLinearizable(h.Ops, bounds{grace: int64(time.Second)}, 10*time.Second); res != "Ok" {
+		t.Fatalf("within the grace: %v", res)
+	}
+	if res, _ := checkLinearizable(h.Ops, bounds{grace: int64(100 * time.Millisecond)}, 10*time.Second); res != "Illegal" {
+		t.Fatalf("past the grace: %v", res)
+	}
+}
+
+func sortOps(ops []Op) {
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
 }

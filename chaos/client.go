@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -10,10 +11,14 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
@@ -28,9 +33,16 @@ type Client struct {
 	Lock      string
 	Object    string // the guarded ConfigMap
 	TTL       int64  // seconds
-	Kube      kubernetes.Interface
-	Rand      *rand.Rand
-	Log       func(Op)
+	// Kube writes the ConfigMap and (the revoker) deletes permits, as an
+	// ordinary namespace user: never one with the guard's override right.
+	Kube    kubernetes.Interface
+	Permits client.Client
+	Rand    *rand.Rand
+	Log     func(Op)
+	// Role is one of the Role constants; empty is RoleHolder.
+	Role string
+	// OtherLock is the second lock whose guard RoleOtherLock writes under.
+	OtherLock string
 
 	cycle int
 }
@@ -44,6 +56,20 @@ func (c *Client) Run(ctx context.Context, stop <-chan struct{}) {
 		default:
 			return false
 		}
+	}
+	switch c.Role {
+	case RoleUnguarded:
+		c.runUnguarded(ctx, stopped)
+		return
+	case RoleStale:
+		c.runStale(ctx, stop, stopped)
+		return
+	case RoleOtherLock:
+		c.runOtherLock(ctx, stop, stopped)
+		return
+	case RoleRevoker:
+		c.runRevoker(ctx, stopped)
+		return
 	}
 	for !stopped() {
 		c.cycle++
@@ -73,19 +99,25 @@ func (c *Client) Run(ctx context.Context, stop <-chan struct{}) {
 // acquire tries once, and again with the same owner while the answer is
 // unknown (a retry answers "already" if the first one won).
 func (c *Client) acquire(ctx context.Context, owner string, stop <-chan struct{}) (uint64, bool) {
+	op, ok := c.acquireOp(ctx, "", owner, stop)
+	return op.NewToken, ok
+}
+
+// acquireOp is acquire on lock ("" is c.Lock), answering the winning op.
+func (c *Client) acquireOp(ctx context.Context, lock, owner string, stop <-chan struct{}) (Op, bool) {
 	for {
-		op := c.call(ctx, Op{Kind: KindAcquire, Owner: owner, TTL: c.TTL})
+		op := c.call(ctx, Op{Lock: lock, Kind: KindAcquire, Owner: owner, TTL: c.TTL})
 		switch op.Outcome {
 		case Acquired, Already:
-			return op.NewToken, true
+			return op, true
 		case Unknown, Failed:
 			select {
 			case <-stop:
-				return 0, false
+				return op, false
 			case <-time.After(200 * time.Millisecond):
 			}
 		default:
-			return 0, false
+			return op, false
 		}
 	}
 }
@@ -96,7 +128,7 @@ func (c *Client) pause(minMS, maxMS int) {
 
 // call makes one lock operation through the route and logs it.
 func (c *Client) call(ctx context.Context, op Op) Op {
-	op.Client = c.ID
+	op.Client, op.Role = c.ID, c.Role
 	op.Call = time.Now().UnixNano()
 	err := c.send(ctx, &op)
 	op.Return = time.Now().UnixNano()
@@ -118,9 +150,13 @@ func (c *Client) call(ctx context.Context, op Op) Op {
 // send makes op's call through the handle's route transport, the one
 // programs use, and records the answer in op.
 func (c *Client) send(ctx context.Context, op *Op) error {
+	lock := c.Lock
+	if op.Lock != "" {
+		lock = op.Lock
+	}
 	switch op.Kind {
 	case KindAcquire:
-		a, err := c.Route.Acquire(ctx, c.Lock, op.Owner, op.TTL, 1)
+		a, err := c.Route.Acquire(ctx, lock, op.Owner, op.TTL, 1)
 		switch {
 		case err != nil:
 			return err
@@ -143,7 +179,7 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 			op.NewToken, op.ExpiresAt = a.Permit.Token, a.Permit.ExpiresAt.UnixNano()
 		}
 	case KindRenew:
-		r, err := c.Route.Renew(ctx, c.Lock, 0, op.Token, op.Owner, op.TTL)
+		r, err := c.Route.Renew(ctx, lock, 0, op.Token, op.Owner, op.TTL)
 		switch {
 		case err != nil:
 			return err
@@ -155,7 +191,7 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 			return fmt.Errorf("unexpected answer %+v", r)
 		}
 	case KindRelease:
-		released, err := c.Route.Release(ctx, c.Lock, 0, op.Token, op.Owner)
+		released, err := c.Route.Release(ctx, lock, 0, op.Token, op.Owner)
 		if err != nil {
 			return err
 		}
@@ -170,39 +206,243 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 }
 
 // write bumps the ConfigMap's counter under the guard of token: read,
-// then update with the read's resourceVersion, again on a plain conflict.
+// then update with the read's resourceVersion, again on a plain conflict;
+// a missing ConfigMap (deleted by a holder) is created.
 func (c *Client) write(ctx context.Context, owner string, token uint64) {
+	g := permit.Guard{Lock: c.Lock, Slot: 0, Token: token}
+	c.writeWith(ctx, writeSpec{owner: owner, guard: &g})
+}
+
+// writeSpec is one kind of write of the ConfigMap.
+type writeSpec struct {
+	owner     string
+	guard     *permit.Guard // nil sends none
+	deletable bool          // mark the object deletable under the guard
+	patch     bool          // a merge patch of the read version instead of an update
+	// stale, when set, is the content written (by a create): a replaced
+	// holder's old counter and token.
+	stale map[string]string
+}
+
+func (c *Client) writeWith(ctx context.Context, w writeSpec) {
 	for try := 0; try < 3; try++ {
 		cm, err := c.Kube.CoreV1().ConfigMaps(c.Namespace).Get(ctx, c.Object, metav1.GetOptions{})
-		if err != nil {
+		create := apierrors.IsNotFound(err)
+		if err != nil && !create {
 			return // nothing sent
 		}
-		n, _ := strconv.ParseInt(cm.Data["counter"], 10, 64)
+		var n int64
+		if create {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: c.Object, Namespace: c.Namespace,
+				Labels: map[string]string{permit.GuardedLabel: "true"}}}
+		} else {
+			n, _ = strconv.ParseInt(cm.Data["counter"], 10, 64)
+		}
 		n++
-		cm.Data = map[string]string{"counter": strconv.FormatInt(n, 10), "token": strconv.FormatUint(token, 10), "writer": owner}
+		var token uint64
+		if w.guard != nil {
+			token = w.guard.Token
+		}
+		cm.Data = map[string]string{"counter": strconv.FormatInt(n, 10), "token": strconv.FormatUint(token, 10), "writer": w.owner}
+		if w.stale != nil {
+			cm.Data = w.stale
+			n, _ = strconv.ParseInt(w.stale["counter"], 10, 64)
+		}
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}
-		cm.Annotations[permit.GuardAnnotation] = permit.Guard{Lock: c.Lock, Slot: 0, Token: token}.String()
-		op := Op{Client: c.ID, Kind: KindWrite, Owner: owner, Token: token, Counter: n, Call: time.Now().UnixNano()}
-		got, err := c.Kube.CoreV1().ConfigMaps(c.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+		delete(cm.Annotations, permit.GuardAnnotation)
+		op := Op{Client: c.ID, Role: c.Role, Kind: KindWrite, Owner: w.owner, Token: token, Counter: n, Create: create, Deletable: w.deletable}
+		if w.guard != nil {
+			op.Guard = w.guard.String()
+			cm.Annotations[permit.GuardAnnotation] = op.Guard
+			if w.guard.Lock != c.Lock {
+				op.Lock = w.guard.Lock
+			}
+		}
+		if w.deletable {
+			cm.Annotations[permit.DeletableAnnotation] = "true"
+		}
+		op.Call = time.Now().UnixNano()
+		var got *corev1.ConfigMap
+		switch {
+		case create:
+			got, err = c.Kube.CoreV1().ConfigMaps(c.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+		case w.patch:
+			body, _ := json.Marshal(map[string]any{
+				"metadata": map[string]any{"resourceVersion": cm.ResourceVersion, "annotations": cm.Annotations},
+				"data":     cm.Data})
+			got, err = c.Kube.CoreV1().ConfigMaps(c.Namespace).Patch(ctx, c.Object, types.MergePatchType, body, metav1.PatchOptions{})
+		default:
+			got, err = c.Kube.CoreV1().ConfigMaps(c.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+		}
 		op.Return = time.Now().UnixNano()
 		switch {
 		case err == nil:
 			op.Outcome = Written
 			op.Version, _ = permit.Token(got.ResourceVersion)
-		case strings.Contains(err.Error(), "kv_precondition"):
-			op.Outcome, op.Error = Refused, err.Error()
-		case apierrors.IsConflict(err) || strings.Contains(err.Error(), "failed calling webhook"):
-			// The compare-and-swap failed, or admission could not run:
-			// nothing was stored.
+		default:
+			op.Outcome, op.Error = writeOutcome(err), err.Error()
+		}
+		c.Log(op)
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) || op.Outcome == Refused || w.stale != nil {
+			return
+		}
+	}
+}
+
+// writeOutcome sorts the error of a write or delete of the ConfigMap.
+func writeOutcome(err error) string {
+	switch {
+	case strings.Contains(err.Error(), "kv_precondition"):
+		return Refused
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) ||
+		strings.Contains(err.Error(), "failed calling webhook"):
+		// The compare-and-swap failed, the name was taken or gone, or
+		// admission could not run: nothing was stored.
+		return Failed
+	}
+	return Unknown
+}
+
+// deleteObject deletes the ConfigMap, believing it holds token.
+func (c *Client) deleteObject(ctx context.Context, owner string, token uint64) Op {
+	op := Op{Client: c.ID, Role: c.Role, Kind: KindDelete, Owner: owner, Token: token, Call: time.Now().UnixNano()}
+	err := c.Kube.CoreV1().ConfigMaps(c.Namespace).Delete(ctx, c.Object, metav1.DeleteOptions{})
+	op.Return = time.Now().UnixNano()
+	op.Outcome = Deleted
+	if err != nil {
+		op.Outcome, op.Error = writeOutcome(err), err.Error()
+	}
+	c.Log(op)
+	return op
+}
+
+// runUnguarded writes the ConfigMap without a guard, by update or merge
+// patch: every write must be refused.
+func (c *Client) runUnguarded(ctx context.Context, stopped func() bool) {
+	for i := 0; !stopped(); i++ {
+		c.pause(200, 700)
+		c.writeWith(ctx, writeSpec{owner: fmt.Sprintf("u%d.%d", c.ID, i), patch: i%2 == 1})
+	}
+}
+
+// runStale acquires the lock and writes under it like a holder; a third of
+// the time it then deletes and re-creates the object properly while it
+// still holds the lock. Then it walks away, waits until its lease has ended
+// (and, often, a new holder has taken over and written), and tries with its
+// stale token what a replaced holder might: write, mark the object
+// deletable, delete it, and create it again with its old content. None of
+// that may be stored.
+func (c *Client) runStale(ctx context.Context, stop <-chan struct{}, stopped func() bool) {
+	for !stopped() {
+		c.cycle++
+		owner := ownerName(c.ID, c.cycle)
+		acq, ok := c.acquireOp(ctx, "", owner, stop)
+		if !ok {
+			c.pause(50, 250)
+			continue
+		}
+		token := acq.NewToken
+		g := permit.Guard{Lock: c.Lock, Token: token}
+		c.pause(0, 200)
+		c.write(ctx, owner, token)
+		cm, _ := c.Kube.CoreV1().ConfigMaps(c.Namespace).Get(ctx, c.Object, metav1.GetOptions{})
+		var content map[string]string
+		if cm != nil && cm.Data["writer"] == owner {
+			content = cm.Data
+		}
+		if c.Rand.IntN(3) == 0 {
+			// The documented way to delete a guarded object, then create it
+			// again: all under a current token.
+			c.writeWith(ctx, writeSpec{owner: owner, guard: &g, deletable: true})
+			if c.deleteObject(ctx, owner, token).Outcome == Deleted {
+				c.write(ctx, owner, token)
+			}
+		}
+		// Replaced: past the lease's end, by up to twice the TTL.
+		wake := time.Unix(0, acq.ExpiresAt).Add(time.Duration(c.Rand.Int64N(2*c.TTL*int64(time.Second)) + 1))
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Until(wake)):
+		}
+		for _, i := range c.Rand.Perm(4) {
+			switch i {
+			case 0:
+				c.writeWith(ctx, writeSpec{owner: owner, guard: &g})
+			case 1:
+				c.writeWith(ctx, writeSpec{owner: owner, guard: &g, deletable: true})
+			case 2:
+				c.deleteObject(ctx, owner, token)
+			case 3:
+				if content != nil {
+					c.writeWith(ctx, writeSpec{owner: owner, guard: &g, stale: content})
+				}
+			}
+		}
+		c.pause(100, 500)
+	}
+}
+
+// runOtherLock holds a second lock and writes the ConfigMap under that
+// lock's guard, which holds now but is not the lock the object is bound to.
+func (c *Client) runOtherLock(ctx context.Context, stop <-chan struct{}, stopped func() bool) {
+	for !stopped() {
+		c.cycle++
+		owner := fmt.Sprintf("o%d.%d", c.ID, c.cycle)
+		acq, ok := c.acquireOp(ctx, c.OtherLock, owner, stop)
+		if !ok {
+			c.pause(200, 500)
+			continue
+		}
+		token := acq.NewToken
+		for i := 0; i < 3 && !stopped(); i++ {
+			c.pause(100, 400)
+			g := permit.Guard{Lock: c.OtherLock, Token: token}
+			c.writeWith(ctx, writeSpec{owner: owner, guard: &g, deletable: i == 2})
+			r := c.call(ctx, Op{Lock: c.OtherLock, Kind: KindRenew, Owner: owner, Token: token, TTL: c.TTL})
+			if r.Outcome != Renewed {
+				break
+			}
+			token = r.NewToken
+		}
+		c.call(ctx, Op{Lock: c.OtherLock, Kind: KindRelease, Owner: owner, Token: token})
+	}
+}
+
+// runRevoker deletes the lock's permit now and then, as a person with
+// kubectl would: mostly with foreground propagation, sometimes orphan,
+// sometimes a plain (background) delete. Each is conditional on the version
+// it read, so that the history says which lease it ended.
+func (c *Client) runRevoker(ctx context.Context, stopped func() bool) {
+	policies := []metav1.DeletionPropagation{metav1.DeletePropagationForeground, metav1.DeletePropagationForeground,
+		metav1.DeletePropagationOrphan, metav1.DeletePropagationBackground}
+	for !stopped() {
+		c.pause(3000, 9000)
+		var p locksv1alpha1.QueenLock
+		if err := c.Permits.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: permit.Name(c.Lock, 0)}, &p); err != nil || p.DeletionTimestamp != nil {
+			continue
+		}
+		token, err := permit.Token(p.ResourceVersion)
+		if err != nil {
+			continue
+		}
+		policy := policies[c.Rand.IntN(len(policies))]
+		op := Op{Client: c.ID, Role: c.Role, Kind: KindRevoke, Owner: p.Spec.Owner, Token: token, Propagation: string(policy), Call: time.Now().UnixNano()}
+		rv := p.ResourceVersion
+		err = c.Permits.Delete(ctx, &p, client.Preconditions{UID: &p.UID, ResourceVersion: &rv}, client.PropagationPolicy(policy))
+		op.Return = time.Now().UnixNano()
+		switch {
+		case err == nil:
+			op.Outcome = Released
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			op.Outcome, op.Error = Lost, err.Error()
+		case errors.Is(err, syscall.ECONNREFUSED):
 			op.Outcome, op.Error = Failed, err.Error()
 		default:
 			op.Outcome, op.Error = Unknown, err.Error()
 		}
 		c.Log(op)
-		if !apierrors.IsConflict(err) || op.Outcome == Refused {
-			return
-		}
 	}
 }

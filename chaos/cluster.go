@@ -14,9 +14,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/permit"
 	"github.com/queen-locks/queen-locks/route"
@@ -65,17 +67,55 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 	c.manager = &proc{name: "manager", env: append(os.Environ(), "KUBECONFIG="+c.kubeconfig), args: []string{cfg.Manager,
 		"--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(wo.LocalServingPort), "--webhook-cert-dir", wo.LocalServingCertDir,
 		"--route-address", c.routeAddr, "--auth", route.AuthNone, "--default-namespace", Namespace,
-		"--leader-elect", "--leader-election-namespace", Namespace,
+		"--leader-elect", "--leader-election-namespace", Namespace, "--expiry-grace", cfg.Grace.String(),
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}}
+	if err := c.grantClients(ctx); err != nil {
+		return err
+	}
 	if err := c.startManager(); err != nil {
 		return err
 	}
-	// The guard webhooks see this create: the manager must serve them first.
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: Object, Labels: map[string]string{permit.GuardedLabel: "true"}},
-		Data:       map[string]string{"counter": "0"},
+	// The guard webhooks see this create, which needs a guard of its own:
+	// the manager must serve them, and the lock be held, first.
+	rt := RouteTransport(c.routeURL(), Namespace)
+	a, err := rt.Acquire(ctx, Lock, "setup", 60, 1)
+	if err != nil || !a.Acquired {
+		return fmt.Errorf("acquiring %s to create the guarded ConfigMap: %+v %v", Lock, a, err)
 	}
-	_, err = c.cs.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{})
+	g := permit.Guard{Lock: Lock, Token: a.Permit.Token}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: Object, Labels: map[string]string{permit.GuardedLabel: "true"},
+			Annotations: map[string]string{permit.GuardAnnotation: g.String()}},
+		Data: map[string]string{"counter": "0", "token": strconv.FormatUint(g.Token, 10), "writer": "setup"},
+	}
+	if _, err = c.cs.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if ok, err := rt.Release(ctx, Lock, 0, a.Permit.Token, "setup"); err != nil || !ok {
+		return fmt.Errorf("releasing %s after creating the guarded ConfigMap: %v %v", Lock, ok, err)
+	}
+	return nil
+}
+
+// ClientUser is the user the clients act as on the API server (the admin
+// impersonates it): allowed everything on ConfigMaps and permits in the
+// namespace, but not the guard's override, so its deletes and writes of the
+// guarded object are judged like any namespace user's.
+const ClientUser = "chaos-client"
+
+func (c *cluster) grantClients(ctx context.Context) error {
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ClientUser},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"*"}},
+			{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, Resources: []string{"queenlocks"}, Verbs: []string{"*"}},
+		}}
+	bind := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ClientUser},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ClientUser},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: ClientUser}}}
+	if _, err := c.cs.RbacV1().Roles(Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	_, err := c.cs.RbacV1().RoleBindings(Namespace).Create(ctx, bind, metav1.CreateOptions{})
 	return err
 }
 
@@ -154,7 +194,11 @@ func (c *cluster) listVersion(ctx context.Context) (uint64, error) {
 func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*os.File, error) {
 	var wg sync.WaitGroup
 	var stops []*os.File
-	for i := 0; i < cfg.Clients; i++ {
+	for i := 0; i < cfg.Clients+len(cfg.Roles); i++ {
+		role := RoleHolder
+		if i >= cfg.Clients {
+			role = cfg.Roles[i-cfg.Clients]
+		}
 		inR, inW, err := os.Pipe()
 		if err != nil {
 			return nil, nil, err
@@ -167,9 +211,10 @@ func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*
 		if err != nil {
 			return nil, nil, err
 		}
-		p := &proc{name: fmt.Sprintf("client %d", i), env: os.Environ(), log: errLog, stdin: inR, stdout: outW, args: []string{cfg.Self, "client",
+		p := &proc{name: fmt.Sprintf("client %d (%s)", i, role), env: os.Environ(), log: errLog, stdin: inR, stdout: outW, args: []string{cfg.Self, "client",
 			"-id", strconv.Itoa(i), "-route", c.routeURL(), "-namespace", Namespace, "-lock", Lock, "-object", Object,
-			"-ttl", strconv.FormatInt(cfg.TTL, 10), "-seed", strconv.FormatUint(cfg.Seed+uint64(i)+1, 10), "-kubeconfig", c.kubeconfig}}
+			"-ttl", strconv.FormatInt(cfg.TTL, 10), "-seed", strconv.FormatUint(cfg.Seed+uint64(i)+1, 10), "-kubeconfig", c.kubeconfig,
+			"-role", role, "-other-lock", OtherLock, "-user", ClientUser}}
 		if err := p.start(); err != nil {
 			return nil, nil, err
 		}
@@ -223,4 +268,47 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// LeaseName is the manager's leader election Lease, in Namespace.
+const LeaseName = "queen-locks-expiry.locks.queen.dev"
+
+// leader reads the leader election Lease: its holder and last renew.
+func (c *cluster) leader(ctx context.Context) leaseState {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	l, err := c.cs.CoordinationV1().Leases(Namespace).Get(ctx, LeaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return leaseState{}
+	}
+	st := leaseState{holder: *l.Spec.HolderIdentity}
+	if l.Spec.RenewTime != nil {
+		st.renewed = l.Spec.RenewTime.UnixNano()
+	}
+	return st
+}
+
+type leaseState struct {
+	holder  string
+	renewed int64
+}
+
+// watchLead records a span without a leader after a replica was killed at
+// killed, when it held the lead (lead): until another holder has the
+// Lease. When the Lease is renewed by the same holder after the kill, the
+// killed replica was not the leader, and nothing is recorded.
+func (c *cluster) watchLead(lead leaseState, killed int64) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		st := c.leader(context.Background())
+		switch {
+		case st.holder != "" && st.holder != lead.holder:
+			c.rec.leaderless(killed, time.Now().UnixNano())
+			return
+		case st.holder == lead.holder && st.renewed > killed+int64(time.Second):
+			return // the killed replica did not lead
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.rec.leaderless(killed, time.Now().UnixNano())
 }

@@ -20,8 +20,39 @@ const (
 	KindAcquire = "acquire"
 	KindRenew   = "renew"
 	KindRelease = "release"
-	KindWrite   = "write" // a guarded update of the shared ConfigMap
+	KindWrite   = "write" // a write (update or create) of the guarded ConfigMap
+	// KindDelete is a delete of the guarded ConfigMap: admitted only while
+	// its last write marked it deletable under a token still current.
+	KindDelete = "delete"
+	// KindRevoke is a delete of the lock's permit by somebody other than its
+	// holder (kubectl delete, with foreground or orphan propagation): the
+	// manual release. Owner and Token are the version it deleted.
+	KindRevoke = "revoke"
 )
+
+// Roles of client processes: the holder plays by the rules; the others
+// misbehave, and the checks must show none of their writes stored.
+const (
+	// RoleHolder acquires, writes under its token, renews, writes, releases.
+	RoleHolder = "holder"
+	// RoleUnguarded writes the guarded ConfigMap without a guard.
+	RoleUnguarded = "unguarded"
+	// RoleStale holds the lock, waits until it is replaced, then deletes,
+	// marks deletable and re-creates the object under its stale token; while
+	// it still holds the lock it sometimes deletes and re-creates the object
+	// properly (mark deletable, delete, create).
+	RoleStale = "stale"
+	// RoleOtherLock holds a second lock and writes the object under that
+	// lock's guard.
+	RoleOtherLock = "other-lock"
+	// RoleRevoker deletes the lock's permit with foreground or orphan
+	// propagation, as kubectl delete --cascade=foreground|orphan does.
+	RoleRevoker = "revoker"
+)
+
+// Roles lists the misbehaving roles, one client process each, after the
+// holders.
+var Roles = []string{RoleUnguarded, RoleStale, RoleOtherLock, RoleRevoker}
 
 // Outcomes of a client operation.
 const (
@@ -33,6 +64,7 @@ const (
 	Released  = "released"
 	Lost      = "lost"
 	Written   = "written"
+	Deleted   = "deleted"
 	// Refused is a guarded write the webhook denied (kv_precondition).
 	Refused = "refused"
 	// Failed was certainly not applied: the connection was refused, or the
@@ -48,6 +80,8 @@ const (
 // also stamps permits with: every process runs on this one machine.
 type Op struct {
 	Client  int    `json:"client"`
+	Role    string `json:"role,omitempty"` // the client's role; empty is a holder
+	Lock    string `json:"lock,omitempty"` // the lock, when not the run's main lock
 	Kind    string `json:"kind"`
 	Owner   string `json:"owner"`
 	Token   uint64 `json:"token,omitempty"` // the token sent (renew, release, write)
@@ -66,6 +100,13 @@ type Op struct {
 	// Write: the counter written and the ConfigMap's resourceVersion after.
 	Counter int64  `json:"counter,omitempty"`
 	Version uint64 `json:"version,omitempty"`
+	// Write: the guard annotation sent ("" for none), whether the write
+	// created the object and whether it marked it deletable.
+	Guard     string `json:"guard,omitempty"`
+	Create    bool   `json:"create,omitempty"`
+	Deletable bool   `json:"deletable,omitempty"`
+	// Revoke: the propagation policy of the delete.
+	Propagation string `json:"propagation,omitempty"`
 
 	Error string `json:"error,omitempty"`
 	// Until: for an unknown operation that the record bounds (a release
@@ -88,8 +129,20 @@ func (o Op) String() string {
 	if o.HolderOwner != "" {
 		s += fmt.Sprintf(" holder=%s token=%d expires=%s", o.HolderOwner, o.HolderToken, stamp(o.HolderExpires))
 	}
+	if o.Kind == KindWrite {
+		s += fmt.Sprintf(" guard=%q", o.Guard)
+		if o.Create {
+			s += " create"
+		}
+		if o.Deletable {
+			s += " deletable"
+		}
+	}
 	if o.Kind == KindWrite && o.Outcome == Written {
 		s += fmt.Sprintf(" counter=%d version=%d", o.Counter, o.Version)
+	}
+	if o.Propagation != "" {
+		s += " propagation=" + o.Propagation
 	}
 	s += fmt.Sprintf(" [%s .. %s]", stamp(o.Call), stamp(o.Return))
 	if o.Error != "" {
@@ -106,33 +159,54 @@ type Event struct {
 	Seen    int64  `json:"seen"` // when the watcher received it
 
 	// Permit fields (a DELETED event carries the last state).
+	// Deleting: the permit has a deletionTimestamp (a foreground or orphan
+	// delete waits for its finalizers to go): it is released, not held.
+	Deleting    bool   `json:"deleting,omitempty"`
 	UID         string `json:"uid,omitempty"`
 	Owner       string `json:"owner,omitempty"`
 	AcquireTime int64  `json:"acquireTime,omitempty"`
 	RenewTime   int64  `json:"renewTime,omitempty"`
 	ExpireTime  int64  `json:"expireTime,omitempty"`
 
-	// ConfigMap fields: what the writer put in, and the fence the webhook
-	// recorded.
-	Counter int64  `json:"counter,omitempty"`
-	Token   uint64 `json:"token,omitempty"`
-	Writer  string `json:"writer,omitempty"`
-	Fence   uint64 `json:"fence,omitempty"`
+	// ConfigMap fields: what the writer put in, and the record the webhook
+	// kept: the lock and slot of the fence, its token, and the deletable
+	// mark (the token it was made under, as the webhook stores it).
+	Counter   int64  `json:"counter,omitempty"`
+	Token     uint64 `json:"token,omitempty"`
+	Writer    string `json:"writer,omitempty"`
+	Fence     uint64 `json:"fence,omitempty"`
+	FenceLock string `json:"fenceLock,omitempty"` // "<lock>#<slot>"
+	Deletable string `json:"deletable,omitempty"`
+	Guarded   bool   `json:"guarded,omitempty"` // still carries the opt-in label
 }
 
 func (e Event) String() string {
-	if e.Writer != "" || e.Counter != 0 {
-		return fmt.Sprintf("%s version=%d counter=%d token=%d writer=%s fence=%d", e.Type, e.Version, e.Counter, e.Token, e.Writer, e.Fence)
+	if e.Writer != "" || e.Counter != 0 || e.FenceLock != "" {
+		return fmt.Sprintf("%s version=%d counter=%d token=%d writer=%s fence=%s=%d deletable=%q", e.Type, e.Version, e.Counter, e.Token, e.Writer, e.FenceLock, e.Fence, e.Deletable)
 	}
-	return fmt.Sprintf("%s version=%d owner=%s acquired=%s renewed=%s expires=%s", e.Type, e.Version, e.Owner,
+	s := fmt.Sprintf("%s version=%d owner=%s acquired=%s renewed=%s expires=%s", e.Type, e.Version, e.Owner,
 		stamp(e.AcquireTime), stamp(e.RenewTime), stamp(e.ExpireTime))
+	if e.Deleting {
+		s += " deleting"
+	}
+	return s
 }
 
 // History is everything one run recorded.
 type History struct {
-	Ops     []Op    `json:"ops"`
-	Permits []Event `json:"permits"` // the lock's one permit, in commit order
-	Objects []Event `json:"objects"` // the guarded ConfigMap, in commit order
+	// Grace is the manager's skew grace (--expiry-grace), Skew the largest
+	// offset of a manager replica's clock from the machine's, both in ns:
+	// the checks allow what they allow, and no more.
+	Grace int64 `json:"grace,omitempty"`
+	Skew  int64 `json:"skew,omitempty"`
+	// Leaderless are the spans, [from, to] in Unix ns, from the kill of
+	// the manager replica that led the expiry controller until another
+	// replica took the lead: nothing removes the finalizers of a permit
+	// deleted with foreground or orphan propagation meanwhile.
+	Leaderless [][2]int64 `json:"leaderless,omitempty"`
+	Ops        []Op       `json:"ops"`
+	Permits    []Event    `json:"permits"` // the lock's one permit, in commit order
+	Objects    []Event    `json:"objects"` // the guarded ConfigMap, in commit order
 }
 
 func stamp(ns int64) string {

@@ -55,7 +55,13 @@ func (n *nemesis) inject(f string) error {
 	c := n.c
 	switch f {
 	case FaultManager:
-		return n.restart(c.manager, c.startManager)
+		lead := c.leader(context.Background())
+		killed := time.Now().UnixNano()
+		if err := n.restart(c.manager, c.startManager); err != nil {
+			return err
+		}
+		go c.watchLead(lead, killed)
+		return nil
 	case FaultAPIServer:
 		return n.restart(c.apiserver, func() error { return c.startReady(c.apiserver) })
 	case FaultEtcd:

@@ -31,8 +31,9 @@ type recorder struct {
 	permits []Event
 	objects []Event
 	err     error
-	owner   string // the permit's current owner, "" when free
-	expires int64  // and when its lease ends
+	lead    [][2]int64 // spans without a leader (History.Leaderless)
+	owner   string     // the permit's current owner, "" when free
+	expires int64      // and when its lease ends
 }
 
 func (r *recorder) run(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, permitName, object string, from uint64) {
@@ -104,7 +105,8 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 
 func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, seen int64) {
 	p := o.(*locksv1alpha1.QueenLock)
-	e := Event{Type: string(t), Version: v, Seen: seen, UID: string(p.UID), Owner: p.Spec.Owner}
+	e := Event{Type: string(t), Version: v, Seen: seen, UID: string(p.UID), Owner: p.Spec.Owner,
+		Deleting: t != watch.Deleted && p.DeletionTimestamp != nil}
 	if p.Spec.AcquireTime != nil {
 		e.AcquireTime = p.Spec.AcquireTime.UnixNano()
 	}
@@ -118,7 +120,7 @@ func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, se
 	defer r.mu.Unlock()
 	r.permits = append(r.permits, e)
 	r.owner, r.expires = p.Spec.Owner, e.ExpireTime
-	if t == watch.Deleted {
+	if t == watch.Deleted || e.Deleting {
 		r.owner = ""
 	}
 }
@@ -128,7 +130,14 @@ func (r *recorder) objectEvent(t watch.EventType, o runtime.Object, v uint64, se
 	e := Event{Type: string(t), Version: v, Seen: seen, Writer: cm.Data["writer"]}
 	e.Counter, _ = strconv.ParseInt(cm.Data["counter"], 10, 64)
 	e.Token, _ = strconv.ParseUint(cm.Data["token"], 10, 64)
-	e.Fence, _ = strconv.ParseUint(cm.Annotations[permit.FenceAnnotation], 10, 64)
+	if g, bound, err := permit.ParseFence(cm.Annotations[permit.FenceAnnotation]); err == nil {
+		e.Fence = g.Token
+		if bound {
+			e.FenceLock = fmt.Sprintf("%s#%d", g.Lock, g.Slot)
+		}
+	}
+	e.Deletable = cm.Annotations[permit.DeletableAnnotation]
+	e.Guarded = cm.Labels[permit.GuardedLabel] == "true"
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.objects = append(r.objects, e)
@@ -161,4 +170,10 @@ func (r *recorder) seen(permitVersion, objectVersion uint64) bool {
 		return evs[len(evs)-1].Version
 	}
 	return last(r.permits) >= permitVersion && last(r.objects) >= objectVersion
+}
+
+func (r *recorder) leaderless(from, to int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lead = append(r.lead, [2]int64{from, to})
 }

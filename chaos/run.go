@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,6 +28,8 @@ const (
 	Namespace = "chaos"
 	Lock      = "chaos"
 	Object    = "chaos-object"
+	// OtherLock is the second lock RoleOtherLock holds.
+	OtherLock = "chaos-other"
 )
 
 // CheckTimeout bounds the search for a linearization of a run's history.
@@ -36,12 +39,14 @@ const CheckTimeout = 5 * time.Minute
 type Config struct {
 	Duration time.Duration // how long the nemesis acts
 	Clients  int
-	TTL      int64 // seconds
+	TTL      int64         // seconds
+	Grace    time.Duration // the manager's --expiry-grace
 	Seed     uint64
 	Manager  string   // the manager binary (bin/manager)
 	Self     string   // this binary, run as "client" for each client
 	Dir      string   // logs, kubeconfig and history.json
 	Faults   []string // the kinds to inject, in turn
+	Roles    []string // misbehaving clients, one process each, after the holders
 	Logf     func(string, ...any)
 }
 
@@ -124,7 +129,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if c.rec.err != nil {
 		return nil, c.rec.err
 	}
-	h := History{Ops: ops, Permits: c.rec.permits, Objects: c.rec.objects}
+	c.rec.mu.Lock()
+	lead := c.rec.lead
+	c.rec.mu.Unlock()
+	h := History{Grace: int64(cfg.Grace), Leaderless: lead, Ops: ops, Permits: c.rec.permits, Objects: c.rec.objects}
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
@@ -135,11 +143,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // writes under it, and waits until the watches have delivered both: every
 // version before them has then been recorded.
 func (c *cluster) settle(ctx context.Context, cfg Config, logOp func(Op)) error {
-	kube, err := ClientKube(c.kubeconfig)
+	kube, err := ClientKube(c.kubeconfig, ClientUser)
 	if err != nil {
 		return err
 	}
-	fc := &Client{ID: cfg.Clients, Route: RouteTransport(c.routeURL(), Namespace), Namespace: Namespace, Lock: Lock, Object: Object,
+	fc := &Client{ID: cfg.Clients + len(cfg.Roles), Route: RouteTransport(c.routeURL(), Namespace), Namespace: Namespace, Lock: Lock, Object: Object,
 		TTL: 30, Kube: kube, Rand: rand.New(rand.NewPCG(1, 2)), Log: logOp}
 	deadline := time.Now().Add(2 * time.Minute)
 	var token uint64
@@ -173,15 +181,28 @@ func (c *cluster) settle(ctx context.Context, cfg Config, logOp func(Op)) error 
 	return nil
 }
 
-// ClientKube is a clientset from a kubeconfig file, with timeouts that let
-// a call outlive an API server restart.
-func ClientKube(kubeconfig string) (kubernetes.Interface, error) {
+// ClientREST is the client configuration from a kubeconfig file, acting as
+// user when it is not empty, with timeouts that let a call outlive an API
+// server restart.
+func ClientREST(kubeconfig, user string) (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Timeout = 25 * time.Second
 	cfg.QPS, cfg.Burst = -1, 0
+	if user != "" {
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	}
+	return cfg, nil
+}
+
+// ClientKube is a clientset from a kubeconfig file, acting as user.
+func ClientKube(kubeconfig, user string) (kubernetes.Interface, error) {
+	cfg, err := ClientREST(kubeconfig, user)
+	if err != nil {
+		return nil, err
+	}
 	return kubernetes.NewForConfig(cfg)
 }
 

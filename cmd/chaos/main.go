@@ -25,7 +25,11 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/queen-locks/queen-locks/chaos"
+	"github.com/queen-locks/queen-locks/manager"
 )
 
 func main() {
@@ -43,11 +47,13 @@ func run() int {
 	duration := flag.Duration("duration", time.Minute, "How long faults are injected; the run takes longer (start, final settle, check).")
 	clients := flag.Int("clients", 4, "Client processes contending for the lock.")
 	ttl := flag.Int64("ttl", 2, "Lease lifetime the clients ask for, in seconds.")
+	grace := flag.Duration("grace", time.Second, "The manager's --expiry-grace; the checks allow exactly this.")
 	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
 	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
 	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, removed when the run passes).")
 	faults := flag.String("faults", strings.Join(chaos.Faults, ","), "Faults to inject in turn, comma-separated.")
 	recheck := flag.String("check", "", "Check the history.json of an earlier run again, and run nothing.")
+	roles := flag.String("misbehave", strings.Join(chaos.Roles, ","), "Misbehaving clients to run besides the holders, one process each, comma-separated; empty runs none.")
 	flag.Parse()
 
 	if *recheck != "" {
@@ -70,6 +76,16 @@ func run() int {
 				return 2
 			}
 			kinds = append(kinds, f)
+		}
+	}
+	var misbehave []string
+	for _, r := range strings.Split(*roles, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			if !slices.Contains(chaos.Roles, r) {
+				fmt.Fprintf(os.Stderr, "chaos: unknown role %q; the misbehaving roles are %s\n", r, strings.Join(chaos.Roles, ", "))
+				return 2
+			}
+			misbehave = append(misbehave, r)
 		}
 	}
 	if *clients < 1 || *ttl < 1 || len(kinds) == 0 || *duration <= 0 {
@@ -95,8 +111,8 @@ func run() int {
 	logf("seed %d, %d clients, ttl %ds, faults for %s; logs in %s", *seed, *clients, *ttl, *duration, *dir)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Seed: *seed,
-		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Logf: logf})
+	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Seed: *seed,
+		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Roles: misbehave, Logf: logf})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: %v\nevery process's log is in %s\n", err, *dir)
 		return 2
@@ -157,10 +173,24 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 	row("ConfigMap versions recorded", r.Objects)
 	row("guarded writes stored", r.Accepted)
 	row("  of them in the fencing window", r.Window)
+	row("deletes of the guarded object (under a current mark)", r.Deletes)
+	keys = keys[:0]
+	for k := range r.Misbehaving {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("misbehaving "+k, r.Misbehaving[k])
+	}
 	row("renewals", r.Renewals)
 	for _, k := range []string{"release", "expiry", "takeover"} {
 		row("handovers by "+k, r.Handovers[k])
 	}
+	row("  of them after a foreground or orphan delete", r.Handovers["deleting"])
+	fmt.Fprintf(w, "| longest wait from a lease's end to the next acquire, clients refused meanwhile | %s |\n", time.Duration(r.LongestWait).Round(time.Millisecond))
+	row("acquires refused past TTL + grace while no replica led (excused)", r.Excused)
+	fmt.Fprintf(w, "| longest such wait | %s |\n", time.Duration(r.LongestExcused).Round(time.Millisecond))
+	fmt.Fprintf(w, "| spans without a leader after a kill | %d |\n", len(res.History.Leaderless))
 	for _, f := range chaos.Faults {
 		row("fault: "+f, res.Faults[f])
 	}
@@ -187,14 +217,22 @@ func client(args []string) error {
 	fs.Int64Var(&c.TTL, "ttl", 2, "Lease lifetime in seconds.")
 	seed := fs.Uint64("seed", 1, "Seed of the client's random pauses.")
 	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig of the API server.")
+	user := fs.String("user", "", "User to act as on the API server (impersonated); empty acts as the kubeconfig's.")
+	fs.StringVar(&c.Role, "role", chaos.RoleHolder, "What the client does: "+strings.Join(append([]string{chaos.RoleHolder}, chaos.Roles...), ", ")+".")
+	fs.StringVar(&c.OtherLock, "other-lock", chaos.OtherLock, "The second lock of the other-lock role.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	kube, err := chaos.ClientKube(*kubeconfig)
+	cfg, err := chaos.ClientREST(*kubeconfig, *user)
 	if err != nil {
 		return err
 	}
-	c.Kube = kube
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	if c.Permits, err = ctrlclient.New(cfg, ctrlclient.Options{Scheme: manager.Scheme}); err != nil {
+		return err
+	}
 	c.Route = chaos.RouteTransport(*routeURL, c.Namespace)
 	c.Rand = rand.New(rand.NewPCG(*seed, *seed))
 	var mu sync.Mutex

@@ -150,6 +150,18 @@ const alreadyTries = 3
 // answer was lost comes back as already held by us; or call Release, which
 // then releases whatever that lost acquire may have taken.
 func (h *Handle) Acquire(ctx context.Context) (bool, error) {
+	ok, _, err := h.acquire(ctx, 0)
+	return ok, err
+}
+
+// acquire is Acquire, waiting up to wait for a slot when the transport can
+// be woken (the route's waitSeconds, or a watch); waited says it could.
+func (h *Handle) acquire(ctx context.Context, wait time.Duration) (got, waited bool, err error) {
+	ok, err := h.acquireOnce(ctx, wait, &waited)
+	return ok, waited, err
+}
+
+func (h *Handle) acquireOnce(ctx context.Context, wait time.Duration, waited *bool) (bool, error) {
 	if err := permit.ValidateTTL(h.ttlSeconds()); err != nil || h.ttl < time.Second {
 		return false, fmt.Errorf("queen-locks: ttl %v: must be from 1s to %ds", h.ttl, permit.MaxTTLSeconds)
 	}
@@ -172,7 +184,14 @@ func (h *Handle) Acquire(ctx context.Context) (bool, error) {
 	}
 	for try := 1; ; try++ {
 		sent := time.Now()
-		a, err := h.t.Acquire(ctx, h.name, h.owner, h.ttlSeconds(), h.limit)
+		var a locks.Acquired
+		var err error
+		if wt, ok := h.t.(waitingTransport); ok && wait > 0 && try == 1 {
+			a, *waited, err = wt.AcquireWaiting(ctx, h.name, h.owner, h.ttlSeconds(), h.limit, wait)
+		}
+		if !*waited || try > 1 {
+			a, err = h.t.Acquire(ctx, h.name, h.owner, h.ttlSeconds(), h.limit)
+		}
 		if err != nil {
 			h.setUnsure()
 			return false, err
@@ -526,8 +545,12 @@ type runConfig struct {
 	waiting func(reason string)
 }
 
-// Wait lets Run wait up to d for the lock, polling every 100 ms to 1 s with
-// jitter. There is no queue: whoever asks first after a release wins.
+// Wait lets Run wait up to d for the lock. Over the route it sends
+// waitSeconds, and the route wakes it as soon as a slot frees; over the
+// Kubernetes API it watches the lock's permits. Where neither can wait (a
+// route without waitSeconds, a lifetime under 3 s), it polls every 100 ms
+// to 1 s with jitter. There is no queue across processes: no order among
+// waiters is promised.
 func Wait(d time.Duration) RunOption { return func(c *runConfig) { c.wait = d } }
 
 // Waiting calls fn, with the reason (held, contended), when Run's first try
@@ -558,13 +581,23 @@ func (h *Handle) Run(ctx context.Context, fn func(ctx context.Context) error, op
 	}
 	defer func() { <-h.turn }()
 	poll := 100 * time.Millisecond
-	told := false
+	told, first := false, true
 	for {
 		if err := ctx.Err(); err != nil {
 			return false, errors.Join(err, h.cleanUp(ctx))
 		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout)
-		ok, err := h.Acquire(actx)
+		// A wait of its own per call, at most a third of the lifetime: the
+		// handle counts the lease from when the call was sent, so a longer
+		// wait would leave it too little of the lease when the answer comes.
+		// The first try answers at once, so that Waiting and Reason tell
+		// the caller the lock is taken before the wait begins.
+		w := min(time.Until(giveUp), h.ttl/3, 60*time.Second).Truncate(time.Second)
+		if first {
+			w = 0
+		}
+		first = false
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), answerTimeout+max(w, 0))
+		ok, waited, err := h.acquire(actx, w)
 		cancel()
 		if ok && ctx.Err() != nil {
 			return false, errors.Join(ctx.Err(), h.cleanUp(ctx))
@@ -579,6 +612,9 @@ func (h *Handle) Run(ctx context.Context, fn func(ctx context.Context) error, op
 		if !told && err == nil && cfg.waiting != nil {
 			told = true
 			cfg.waiting(h.Reason())
+		}
+		if waited && err == nil {
+			continue // the server held the call until a slot freed or the wait ended
 		}
 		// Jitter spreads waiters out, so they do not all ask at once.
 		d := min(poll/2+mrand.N(poll), left)

@@ -265,3 +265,39 @@ func TestAFailedGuardLosesTheLockWithReasonGuard(t *testing.T) {
 		t.Fatalf("reason %q held %v", r, h.Held())
 	}
 }
+
+// Run's wait is woken, not polled: over the route the call waits on the
+// route's hub, over the API the handle watches the lock's permits.
+func TestRunIsWokenWhenTheHolderReleases(t *testing.T) {
+	transports(t, func(t *testing.T, ns string, tr handle.Transport) {
+		ctx := context.Background()
+		c := handle.New(tr)
+		holder := c.Lock("woken", 30*time.Second)
+		if ok, _ := holder.Acquire(ctx); !ok {
+			t.Fatal("holder did not acquire")
+		}
+		waiter := c.Lock("woken", 30*time.Second)
+		done := make(chan bool, 1)
+		go func() {
+			ok, _ := waiter.Run(ctx, func(context.Context) error { return nil }, handle.Wait(60*time.Second))
+			done <- ok
+		}()
+		eventually(t, "the waiter to find the lock held", func() bool { return waiter.Reason() == "held" })
+		if _, isHTTP := tr.(interface{ Namespace() string }); isHTTP && env.Waker != nil && tr.Namespace() == "" {
+			eventually(t, "the call to wait on the route", func() bool { return env.Waker.Waiting() > 0 })
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The waiter's own wait per call is 10 s (a third of its TTL);
+		// woken, it answers long before that call would have ended.
+		select {
+		case ok := <-done:
+			if !ok {
+				t.Fatal("the waiter did not get the lock")
+			}
+		case <-time.After(8 * time.Second):
+			t.Fatal("the waiter was not woken when the holder released")
+		}
+	})
+}

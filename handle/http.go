@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/queen-locks/queen-locks/locks"
@@ -61,7 +62,10 @@ func (e *CallError) Error() string { return fmt.Sprintf("route answered %d: %s",
 // be read or holds no certificate fails each call, naming the file.
 func HTTP(url string, o HTTPOptions) Transport {
 	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 30 * time.Second}
+		// Long enough for an acquire that waits the longest the route
+		// allows (60 s) and is then carried out; every call also has its
+		// caller's context.
+		o.Client = &http.Client{Timeout: 90 * time.Second}
 	}
 	t := &httpTransport{url: url, o: o, client: o.Client}
 	if o.Token == "" && o.TokenFile == "" {
@@ -79,6 +83,8 @@ type httpTransport struct {
 	o   HTTPOptions
 	// tokenOptional: the token file is the default one, sent when present.
 	tokenOptional bool
+
+	noWait atomic.Bool // the route refused waitSeconds: poll instead
 
 	mu     sync.Mutex
 	client *http.Client // o.Client, or a copy trusting the CAs in ca
@@ -207,6 +213,10 @@ func (h *httpTransport) Acquire(ctx context.Context, name, owner string, ttl int
 	if err != nil {
 		return locks.Acquired{}, err
 	}
+	return acquiredOf(r), nil
+}
+
+func acquiredOf(r wire.Result) locks.Acquired {
 	a := locks.Acquired{Acquired: r.Acquired != nil && *r.Acquired, Already: r.Already, Reason: r.Reason}
 	if a.Acquired {
 		a.Permit = permitOf(r)
@@ -216,7 +226,31 @@ func (h *httpTransport) Acquire(ctx context.Context, name, owner string, ttl int
 			a.Holders = append(a.Holders, holderOf(wh))
 		}
 	}
-	return a, nil
+	return a
+}
+
+// AcquireWaiting sends waitSeconds: the route holds the call until a slot
+// frees or the wait is over. A route that does not know waitSeconds
+// answers 400 naming it; the handle then polls, as it did before.
+func (h *httpTransport) AcquireWaiting(ctx context.Context, name, owner string, ttl int64, limit int, wait time.Duration) (locks.Acquired, bool, error) {
+	secs := int64(wait / time.Second)
+	if secs < 1 || h.noWait.Load() {
+		return locks.Acquired{}, false, nil
+	}
+	op := map[string]any{"op": "acquire", "name": name, "ttlSeconds": ttl, "limit": limit, "waitSeconds": min(secs, 60)}
+	if owner != "" {
+		op["owner"] = owner
+	}
+	r, err := h.call(ctx, op)
+	var ce *CallError
+	if errors.As(err, &ce) && ce.Code == http.StatusBadRequest && strings.Contains(ce.Message, "waitSeconds") {
+		h.noWait.Store(true)
+		return locks.Acquired{}, false, nil
+	}
+	if err != nil {
+		return locks.Acquired{}, true, err
+	}
+	return acquiredOf(r), true, nil
 }
 
 func (h *httpTransport) Renew(ctx context.Context, name string, slot int, token uint64, owner string, ttl int64) (locks.Renewed, error) {

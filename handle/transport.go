@@ -2,11 +2,14 @@ package handle
 
 import (
 	"context"
+	"os"
+	"time"
 
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/wake"
 )
 
 // Transport carries lock operations to the server. HTTP goes through the
@@ -26,16 +29,42 @@ type Transport interface {
 // Kube is the direct transport: lock operations as Kubernetes writes in one
 // namespace. c must read from the API server, not from an informer cache.
 func Kube(c client.Client, namespace string) Transport {
-	return &kube{l: locks.New(c, clock.RealClock{}), ns: namespace}
+	k := &kube{l: locks.New(c, clock.RealClock{}), ns: namespace}
+	if w, ok := c.(client.WithWatch); ok {
+		k.waker = wake.Watcher{C: w}
+	}
+	return k
 }
 
 type kube struct {
-	l  *locks.Client
-	ns string
+	l     *locks.Client
+	ns    string
+	waker locks.Waker // nil when the client cannot watch
+}
+
+// waitingTransport is a transport whose acquire can wait for a slot to free
+// and be woken when one does, instead of being asked again and again.
+type waitingTransport interface {
+	// AcquireWaiting is Acquire, waiting up to wait while the lock is held.
+	// ok is false when this transport cannot wait (the caller then polls).
+	AcquireWaiting(ctx context.Context, name, owner string, ttlSeconds int64, limit int, wait time.Duration) (a locks.Acquired, ok bool, err error)
+}
+
+func (k *kube) AcquireWaiting(ctx context.Context, name, owner string, ttl int64, limit int, wait time.Duration) (locks.Acquired, bool, error) {
+	if k.waker == nil {
+		return locks.Acquired{}, false, nil
+	}
+	a, err := k.l.Acquire(ctx, k.ns, name, owner, ttl, limit, k.pod(), locks.WaitUpTo(wait, k.waker))
+	return a, true, err
+}
+
+// pod is the holder pod the downward API names, if any.
+func (k *kube) pod() locks.AcquireOption {
+	return locks.HolderPod(os.Getenv("POD_NAME"), os.Getenv("POD_UID"))
 }
 
 func (k *kube) Acquire(ctx context.Context, name, owner string, ttl int64, limit int) (locks.Acquired, error) {
-	return k.l.Acquire(ctx, k.ns, name, owner, ttl, limit)
+	return k.l.Acquire(ctx, k.ns, name, owner, ttl, limit, k.pod())
 }
 
 func (k *kube) Renew(ctx context.Context, name string, slot int, token uint64, owner string, ttl int64) (locks.Renewed, error) {

@@ -18,9 +18,9 @@ import (
 var env *controlplane.Env
 
 func TestMain(m *testing.M) {
-	// A long expiry grace keeps the controller from deleting A's expired
-	// permit, so B takes it over the way a waiting holder does.
-	os.Exit(controlplane.TestMain(m, controlplane.Options{ExpiryGrace: time.Hour}, func(e *controlplane.Env) { env = e }))
+	// No expiry controller: A's expired permit stays, so B takes it over
+	// the way a waiting holder does.
+	os.Exit(controlplane.TestMain(m, controlplane.Options{NoExpiry: true}, func(e *controlplane.Env) { env = e }))
 }
 
 // connect reaches the PostgreSQL that .ci/run starts (hack/postgres.sh).

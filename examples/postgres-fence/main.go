@@ -40,7 +40,11 @@ func run(ctx context.Context, dsn, route string, id int, body string) error {
 	if _, err := db.Exec(ctx, `INSERT INTO report (id) VALUES ($1) ON CONFLICT DO NOTHING`, id); err != nil {
 		return err
 	}
-	c := handle.New(handle.HTTP(route, handle.HTTPOptions{TokenFile: tokenFile()}))
+	// No token given: the handle reads the projected token of audience
+	// queen-locks (QUEEN_LOCKS_TOKEN_FILE, or its default path) when there
+	// is one, as the route requires; a local route with --auth=none needs
+	// none.
+	c := handle.New(handle.HTTP(route, handle.HTTPOptions{}))
 	lock := c.Lock(fmt.Sprintf("report-%d", id), 30*time.Second)
 	acquired, err := lock.Run(ctx, func(ctx context.Context) error {
 		// Read the token when writing: it changes at every renew.
@@ -54,11 +58,4 @@ func run(ctx context.Context, dsn, route string, id int, body string) error {
 		err = fmt.Errorf("report %d is being written elsewhere", id)
 	}
 	return err
-}
-
-func tokenFile() string {
-	if _, err := os.Stat(handle.ServiceAccountTokenFile); err == nil {
-		return handle.ServiceAccountTokenFile
-	}
-	return ""
 }

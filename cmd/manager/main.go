@@ -53,6 +53,10 @@ func main() {
 	o.RouteLimits = l
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
+	if err := applyTestOnly(&o); err != nil {
+		log.Error(err, "cannot start")
+		os.Exit(1)
+	}
 
 	mgr, err := manager.New(ctrl.GetConfigOrDie(), o)
 	if err != nil {

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/queen-locks/queen-locks/chaos/skewclock"
+	"github.com/queen-locks/queen-locks/manager"
+)
+
+// Settings for make chaos alone (docs/safety.md). They are left out of
+// -help, and no deployment sets them.
+var testClockOffsetFile = flag.String("test-clock-offset-file", "",
+	"TEST ONLY (make chaos): run the manager's clock (webhook stamps, expiry, route) offset from the machine's by the duration in this file, re-read as it changes.")
+
+func init() {
+	flag.Usage = func() {
+		out := flag.CommandLine.Output()
+		fmt.Fprintf(out, "Usage of %s:\n", os.Args[0])
+		all := flag.CommandLine
+		visible := flag.NewFlagSet(all.Name(), flag.ContinueOnError)
+		visible.SetOutput(out)
+		all.VisitAll(func(f *flag.Flag) {
+			if !strings.HasPrefix(f.Name, "test-") {
+				visible.Var(f.Value, f.Name, f.Usage)
+			}
+		})
+		visible.PrintDefaults()
+	}
+}
+
+// applyTestOnly applies the test-only settings to o.
+func applyTestOnly(o *manager.Options) error {
+	if *testClockOffsetFile != "" {
+		c, err := skewclock.FromFile(*testClockOffsetFile)
+		if err != nil {
+			return fmt.Errorf("--test-clock-offset-file: %w", err)
+		}
+		o.Clock = c
+	}
+	return testBugs(o)
+}

@@ -141,7 +141,9 @@ class Semaphore(unittest.TestCase):
 class Renew(unittest.TestCase):
     def test_background_renew_keeps_a_lock_for_several_lifetimes(self):
         c, name = client(), unique("long-job")
-        h = c.lock(name, 1)
+        # A 2 s lifetime: six renewals outlive it twice over, with room for
+        # a slow call on a loaded machine.
+        h = c.lock(name, 2)
         tokens, six = [], threading.Event()
 
         @h.on_renew

@@ -38,6 +38,12 @@ func waitRoute(t handle.Transport) error {
 	return fmt.Errorf("the route never answered: %w", err)
 }
 
+// loadAvg1 is the machine's load average over the last minute.
+func loadAvg1() string {
+	l, _, _ := strings.Cut(loadAvg(), ",")
+	return l
+}
+
 // loadAvg is the machine's load average over 1, 5 and 15 minutes.
 func loadAvg() string {
 	raw, err := os.ReadFile("/proc/loadavg")
@@ -74,6 +80,7 @@ type fleet struct {
 	inWindow  sync.WaitGroup // renews started while recording
 	lat       []time.Duration
 	lost      int
+	why       map[string]int // why renews were lost, for the log
 }
 
 type heldPermit struct {
@@ -150,6 +157,11 @@ func (f *fleet) renew(h *heldPermit) {
 		if rec {
 			if err != nil || !r.Renewed {
 				f.lost++
+				why := r.Reason
+				if err != nil {
+					why = err.Error()
+				}
+				f.why[why]++
 			} else {
 				f.lat = append(f.lat, d)
 			}
@@ -162,7 +174,7 @@ func (f *fleet) renew(h *heldPermit) {
 // measure records the renews that start within the next d.
 func (f *fleet) measure(d time.Duration) (result, int) {
 	f.mu.Lock()
-	f.recording, f.lat, f.lost = true, nil, 0
+	f.recording, f.lat, f.lost, f.why = true, nil, 0, map[string]int{}
 	f.mu.Unlock()
 	time.Sleep(d)
 	f.mu.Lock()
@@ -173,6 +185,9 @@ func (f *fleet) measure(d time.Duration) (result, int) {
 	f.inWindow.Wait()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for why, n := range f.why {
+		fmt.Fprintf(os.Stderr, "\n%d renews lost: %s", n, why)
+	}
 	r := result{cycles: len(f.lat)}
 	r.p50, r.p99 = percentile(f.lat, 50), percentile(f.lat, 99)
 	return r, f.lost

@@ -5,7 +5,8 @@
 // table and writes it to docs/benchmarks.md.
 //
 //	make bench                      # go run ./bench -out docs/benchmarks.md
-//	go run ./bench -duration 10s    # longer runs per row
+//	go run ./bench -duration 20s    # longer throughput rows
+//	go run ./bench -profile DIR     # CPU profiles of the route and kube-apiserver at 8 clients
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,15 +35,17 @@ import (
 )
 
 func main() {
-	duration := flag.Duration("duration", 5*time.Second, "how long each throughput row runs")
+	duration := flag.Duration("duration", 10*time.Second, "how long each throughput row runs, in one-second rounds")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
+	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, batch, renew, memory")
 	calls := flag.Int("calls", 40, "operations of each kind whose API calls are counted")
 	flag.StringVar(&saveMetrics, "save-metrics", "", "write kube-apiserver's last scraped /metrics text here")
+	flag.StringVar(&featureGates, "apiserver-feature-gates", "", "kube-apiserver's --feature-gates, for trying one (CBORServingAndStorage=true, say)")
 	flag.IntVar(&renewMax, "renew-max", renewSteps[len(renewSteps)-1], "the largest step of the renew load")
-	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of the 8-client route row here: this process (route, webhooks, clients) and kube-apiserver")
+	flag.StringVar(&profileDir, "profile", "", "write CPU profiles of the Lease baseline and the route (no auth) at 8 clients here: this process (route, webhooks, clients) and kube-apiserver")
 	flag.Parse()
-	if err := run(*duration, *out, *permits, *calls); err != nil {
+	if err := run(*duration, *out, *permits, *calls, splitList(*only)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -57,12 +61,13 @@ type result struct {
 	secs   float64
 	p50    time.Duration
 	p99    time.Duration
+	cpu    cpuTimes
 }
 
 func (r result) rate() float64 { return float64(r.cycles) / r.secs }
 
 // measure runs conc workers doing c for d and collects per-cycle latencies.
-func measure(name string, conc int, d time.Duration, c cycle) (result, error) {
+func measure(name string, conc int, d time.Duration, c cycle) (result, []time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var mu sync.Mutex
@@ -94,7 +99,41 @@ func measure(name string, conc int, d time.Duration, c cycle) (result, error) {
 	wg.Wait()
 	r := result{name: name, conc: conc, cycles: len(lat), secs: time.Since(start).Seconds()}
 	r.p50, r.p99 = percentile(lat, 50), percentile(lat, 99)
-	return r, firstErr
+	return r, lat, firstErr
+}
+
+// path is one way of doing a cycle, measured against the others.
+type path struct {
+	name string
+	c    cycle
+}
+
+// interleave measures each path for d at conc workers, in rounds of a
+// second, taking the paths in turn within each round: the load of the
+// other engineers' work on this shared machine comes and goes, and taking
+// turns spreads it over all paths alike, so that their ratios hold.
+func interleave(paths []path, conc int, d time.Duration, p procs) ([]result, error) {
+	rounds := max(1, int(d/time.Second))
+	out := make([]result, len(paths))
+	lats := make([][]time.Duration, len(paths))
+	for range rounds {
+		for i, pt := range paths {
+			before := p.times()
+			r, lat, err := measure(pt.name, conc, d/time.Duration(rounds), pt.c)
+			if err != nil {
+				return nil, err
+			}
+			out[i].cpu = out[i].cpu.plus(p.times().minus(before))
+			out[i].name, out[i].conc = pt.name, conc
+			out[i].cycles += r.cycles
+			out[i].secs += r.secs
+			lats[i] = append(lats[i], lat...)
+		}
+	}
+	for i := range out {
+		out[i].p50, out[i].p99 = percentile(lats[i], 50), percentile(lats[i], 99)
+	}
+	return out, nil
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
@@ -111,6 +150,9 @@ var renewSteps = []int{250, 1000, 2000, 3000, 4000, 6000, 8000, 12000, 16000}
 
 const renewBound = 250 * time.Millisecond
 
+// featureGates are kube-apiserver's --feature-gates (-apiserver-feature-gates).
+var featureGates string
+
 // renewMax cuts the renew steps short (-renew-max), for a quick try.
 var renewMax int
 
@@ -125,8 +167,49 @@ var routeClient = &http.Client{Timeout: 30 * time.Second, Transport: func() http
 	return t
 }()}
 
-func run(d time.Duration, outPath string, nPermits, nCalls int) error {
-	env, err := controlplane.Start(controlplane.Options{})
+// bench is one run: the control plane, the ways of reaching the locks,
+// and the report being written.
+type bench struct {
+	env      *controlplane.Env
+	procs    procs                // the control plane's processes
+	cfg      *rest.Config         // admin, no client-side rate limit
+	cs       kubernetes.Interface // over cfg
+	d        time.Duration
+	nPermits int
+	nCalls   int
+	noneURL  string
+	httpT    handle.Transport   // the route without auth
+	tokenT   []handle.Transport // the route with token auth, one ServiceAccount each
+	kubeT    handle.Transport   // the direct transport
+	b        strings.Builder
+}
+
+// section is one part of the report.
+type section struct {
+	name string
+	run  func(*bench) error
+}
+
+// sections are the parts of the report, in order (-sections picks some).
+var sections = []section{
+	{"calls", (*bench).calls},
+	{"cycles", (*bench).cycles},
+	{"batch", (*bench).batch},
+	{"renew", (*bench).renew},
+	{"memory", (*bench).memory},
+}
+
+func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) error {
+	for _, name := range only {
+		if !slices.ContainsFunc(sections, func(s section) bool { return s.name == name }) {
+			return fmt.Errorf("-sections: no section %q", name)
+		}
+	}
+	opts := controlplane.Options{}
+	if featureGates != "" {
+		opts.APIServerFlags = map[string]string{"feature-gates": featureGates}
+	}
+	env, err := controlplane.Start(opts)
 	if err != nil {
 		return err
 	}
@@ -170,51 +253,84 @@ func run(d time.Duration, outPath string, nPermits, nCalls int) error {
 	if err := awaitRBAC(ctx, cs, "bench", saNames); err != nil {
 		return err
 	}
-	httpT := handle.HTTP(noneURL, handle.HTTPOptions{Namespace: "bench", Client: routeClient})
-	tokenT := make([]handle.Transport, len(tokens))
-	for w, tok := range tokens {
-		tokenT[w] = handle.HTTP(tokenURL, handle.HTTPOptions{Token: tok, Client: routeClient})
-	}
-	kubeT := handle.Kube(kc, "bench")
-	if err := waitRoute(httpT); err != nil {
-		return err
-	}
-	if err := waitRoute(tokenT[0]); err != nil {
-		return err
-	}
-
-	var b strings.Builder
-	loadStart := loadAvg()
-	fmt.Fprintf(&b, "Measured %s on this machine: %d cores, %s memory, %s, one local control plane (etcd and kube-apiserver built by the project). "+
-		"The machine was shared with other engineers' builds and tests: load average (1, 5, 15 min) %s at the start, %%END_LOAD%% at the end.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), memTotal(), runtime.Version(), loadStart)
-
-	// API calls per operation, from kube-apiserver's own counters.
-	fmt.Fprintf(&b, "## API calls per operation\n\n"+
-		"Read from kube-apiserver's own `%s` (by verb and resource) and `%s`, scraped before and after %d operations of each kind, one after another, and divided by %d. "+
-		"Reviews are cached by the route (5 s by default, at most 10 s), so their share falls as calls come faster. "+
-		"The last column is the control plane's own background in the same window (its leases and endpoints), not lock calls.\n\n",
-		requestTotal, webhookTotal, nCalls, nCalls)
-	rows, err := countCalls(ctx, cs, []callPath{
-		{"route, no auth", httpT},
-		{"route, token auth", tokenT[0]},
-		{"handle, direct Kubernetes API", kubeT},
-	}, nCalls)
+	ps, err := findProcs(env)
 	if err != nil {
 		return err
 	}
-	writeCalls(&b, rows)
-	fmt.Fprint(os.Stderr, ".")
+	bn := &bench{env: env, procs: ps, cfg: cfg, cs: cs, d: d, nPermits: nPermits, nCalls: nCalls, noneURL: noneURL,
+		httpT: handle.HTTP(noneURL, handle.HTTPOptions{Namespace: "bench", Client: routeClient}),
+		kubeT: handle.Kube(kc, "bench"),
+	}
+	for _, tok := range tokens {
+		bn.tokenT = append(bn.tokenT, handle.HTTP(tokenURL, handle.HTTPOptions{Token: tok, Client: routeClient}))
+	}
+	if err := waitRoute(bn.httpT); err != nil {
+		return err
+	}
+	if err := waitRoute(bn.tokenT[0]); err != nil {
+		return err
+	}
 
-	fmt.Fprintf(&b, "\n## Acquire + release cycles\n\nEach worker loops over its own lock: acquire, then release. %s per row. "+
-		"With token auth each worker is its own ServiceAccount, bound to the holder role, with a token of audience queen-locks.\n\n", d)
-	fmt.Fprintf(&b, "| path | clients | cycles/s | ratio to Lease | p50 | p99 |\n|---|---:|---:|---:|---:|---:|\n")
+	b := &bn.b
+	fmt.Fprintf(b, "Measured %s on this machine: %d cores, %s memory, %s, one local control plane (etcd and kube-apiserver built by the project). "+
+		"The machine was shared with other engineers' builds and tests: load average (1, 5, 15 min) %s at the start, %%END_LOAD%% at the end.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), memTotal(), runtime.Version(), loadAvg())
+	if featureGates != "" {
+		fmt.Fprintf(b, "kube-apiserver ran with `--feature-gates=%s`.\n\n", featureGates)
+	}
+	for _, s := range sections {
+		if len(only) > 0 && !slices.Contains(only, s.name) {
+			continue
+		}
+		if err := s.run(bn); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		fmt.Fprint(os.Stderr, ".")
+	}
+	fmt.Fprintln(os.Stderr)
+	report := strings.Replace(b.String(), "%END_LOAD%", loadAvg(), 1)
+	fmt.Print(report)
+	if outPath != "" {
+		doc := "# Benchmarks\n\nReproduce with `make bench` (about eight minutes). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
+		return os.WriteFile(outPath, []byte(doc), 0o644)
+	}
+	return nil
+}
+
+// calls counts the API calls of each operation.
+func (bn *bench) calls() error {
+	// API calls per operation, from kube-apiserver's own counters.
+	fmt.Fprintf(&bn.b, "## API calls per operation\n\n"+
+		"Read from kube-apiserver's own `%s` (by verb and resource) and `%s`, scraped before and after %d operations of each kind, one after another, and divided by %d. "+
+		"Reviews are cached by the route (5 s by default, at most 10 s), so their share falls as calls come faster. "+
+		"The last column is the control plane's own background in the same window (its leases and endpoints), not lock calls.\n\n",
+		requestTotal, webhookTotal, bn.nCalls, bn.nCalls)
+	rows, err := countCalls(context.Background(), bn.cs, []callPath{
+		{"route, no auth", bn.httpT},
+		{"route, token auth", bn.tokenT[0]},
+		{"handle, direct Kubernetes API", bn.kubeT},
+	}, bn.nCalls)
+	if err != nil {
+		return err
+	}
+	writeCalls(&bn.b, rows)
+
+	return nil
+}
+
+// cycles measures acquire+release cycles against the Lease baseline.
+func (bn *bench) cycles() error {
+	fmt.Fprintf(&bn.b, "\n## Acquire + release cycles\n\nEach worker loops over its own lock: acquire, then release. %s per row, in one-second rounds that take the paths in turn. "+
+		"With token auth each worker is its own ServiceAccount, bound to the holder role, with a token of audience queen-locks. "+
+		"The second row is a floor: a copy of the QueenLock CRD (schema and CEL rules) under another group, which no webhook intercepts and no informer watches, created and deleted directly with the times written by the client. "+
+		"CPU time per cycle is read from /proc for this run's kube-apiserver and etcd and for the benchmark's own process, which runs the route, the webhooks, the manager's informer and the clients.\n\n", bn.d)
+	fmt.Fprintf(&bn.b, "| path | clients | cycles/s | ratio to Lease | p50 | p99 | CPU ms per cycle: kube-apiserver | etcd | this process |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	lease := func(ctx context.Context, w, i int) error {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("w%d", w)}}
-		if _, err := cs.CoordinationV1().Leases("bench").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		if _, err := bn.cs.CoordinationV1().Leases("bench").Create(ctx, l, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		return cs.CoordinationV1().Leases("bench").Delete(ctx, l.Name, metav1.DeleteOptions{})
+		return bn.cs.CoordinationV1().Leases("bench").Delete(ctx, l.Name, metav1.DeleteOptions{})
 	}
 	lockCycle := func(transport func(w int) handle.Transport, prefix string) cycle {
 		return func(ctx context.Context, w, i int) error {
@@ -235,52 +351,73 @@ func run(d time.Duration, outPath string, nPermits, nCalls int) error {
 		}
 	}
 	const (
+		floorName  = "QueenLock CRD copy create+delete: no webhook, no informer"
 		routeNone  = "route (HTTP, JSON), no auth"
 		routeToken = "route (HTTP, JSON), token auth"
 	)
 	tokenVsNone := map[int]float64{}
+	floor, err := floorCycle(context.Background(), bn.cfg, "bench")
+	if err != nil {
+		return err
+	}
 	for _, conc := range []int{1, 8, 32} {
-		base, err := measure("Lease create+delete (baseline)", conc, d, lease)
+		routeNoneCycle := lockCycle(func(int) handle.Transport { return bn.httpT }, fmt.Sprint("r", conc))
+		rows, err := interleave([]path{
+			{"Lease create+delete (baseline)", lease},
+			{floorName, floor},
+			{routeNone, routeNoneCycle},
+			{routeToken, lockCycle(func(w int) handle.Transport { return bn.tokenT[w] }, fmt.Sprint("t", conc))},
+			{"handle, direct Kubernetes API", lockCycle(func(int) handle.Transport { return bn.kubeT }, fmt.Sprint("k", conc))},
+		}, conc, bn.d, bn.procs)
 		if err != nil {
 			return err
 		}
-		rows := []result{base}
-		for _, p := range []struct {
-			name string
-			c    cycle
-		}{
-			{routeNone, lockCycle(func(int) handle.Transport { return httpT }, fmt.Sprint("r", conc))},
-			{routeToken, lockCycle(func(w int) handle.Transport { return tokenT[w] }, fmt.Sprint("t", conc))},
-			{"handle, direct Kubernetes API", lockCycle(func(int) handle.Transport { return kubeT }, fmt.Sprint("k", conc))},
-		} {
-			var stop func() error
-			if profileDir != "" && conc == 8 && p.name == routeNone {
-				if stop, err = startProfiles(env.Config, d); err != nil {
-					return err
-				}
-			}
-			r, err := measure(p.name, conc, d, p.c)
-			if err != nil {
-				return err
-			}
-			if stop != nil {
-				if err := stop(); err != nil {
-					return err
-				}
-			}
-			rows = append(rows, r)
-		}
+		base := rows[0]
 		for _, r := range rows {
-			fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f | %s | %s |\n", r.name, r.conc, r.rate(), r.rate()/base.rate(), ms(r.p50), ms(r.p99))
+			fmt.Fprintf(&bn.b, "| %s | %d | %.0f | %.2f | %s | %s | %s | %s | %s |\n", r.name, r.conc, r.rate(), r.rate()/base.rate(), ms(r.p50), ms(r.p99),
+				perCycle(r.cpu.apiserver, r.cycles), perCycle(r.cpu.etcd, r.cycles), perCycle(r.cpu.self, r.cycles))
 		}
-		tokenVsNone[conc] = rows[2].rate() / rows[1].rate()
-		fmt.Fprint(os.Stderr, ".")
+		if profileDir != "" && conc == 8 {
+			// Profiled apart from the table, one path at a time.
+			for _, pt := range []path{{"lease", lease}, {"floor", floor}, {"route", routeNoneCycle}} {
+				if err := bn.profile(pt, conc); err != nil {
+					return err
+				}
+			}
+		}
+		tokenVsNone[conc] = rows[3].rate() / rows[2].rate()
 	}
-	fmt.Fprintf(&b, "\nThe route with token auth against the route without, in the same run: %.2f at 1 client, %.2f at 8, %.2f at 32.\n",
+	fmt.Fprintf(&bn.b, "\nThe route with token auth against the route without, in the same run: %.2f at 1 client, %.2f at 8, %.2f at 32.\n",
 		tokenVsNone[1], tokenVsNone[8], tokenVsNone[32])
 
+	return nil
+}
+
+// profile runs pt at conc clients for the row's duration under CPU
+// profiles of this process and kube-apiserver, and says what it measured.
+func (bn *bench) profile(pt path, conc int) error {
+	stop, err := startProfiles(bn.env.Config, bn.d, pt.name)
+	if err != nil {
+		return err
+	}
+	before := bn.procs.times()
+	r, _, err := measure(pt.name, conc, bn.d, pt.c)
+	if err != nil {
+		return err
+	}
+	cpu := bn.procs.times().minus(before)
+	if err := stop(); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "\nprofiled %s at %d clients: %d cycles, %.0f/s; CPU ms per cycle: kube-apiserver %s, etcd %s, this process %s\n",
+		pt.name, conc, r.cycles, r.rate(), perCycle(cpu.apiserver, r.cycles), perCycle(cpu.etcd, r.cycles), perCycle(cpu.self, r.cycles))
+	return nil
+}
+
+// batch compares one call of 64 acquires with 64 calls of one.
+func (bn *bench) batch() error {
 	// One call of 64 acquires against 64 calls of one.
-	fmt.Fprintf(&b, "\n## Batching\n\n| what | time for 64 acquires |\n|---|---:|\n")
+	fmt.Fprintf(&bn.b, "\n## Batching\n\n| what | time for 64 acquires |\n|---|---:|\n")
 	batch := `{"namespace":"bench","operations":[`
 	for i := range 64 {
 		if i > 0 {
@@ -290,25 +427,31 @@ func run(d time.Duration, outPath string, nPermits, nCalls int) error {
 	}
 	batch += "]}"
 	t0 := time.Now()
-	if err := post(noneURL, batch); err != nil {
+	if err := post(bn.noneURL, batch); err != nil {
 		return err
 	}
 	one := time.Since(t0)
 	t0 = time.Now()
 	for i := range 64 {
-		if _, err := httpT.Acquire(ctx, fmt.Sprint("single-", i), "b", 30, 1); err != nil {
+		if _, err := bn.httpT.Acquire(context.Background(), fmt.Sprint("single-", i), "b", 30, 1); err != nil {
 			return err
 		}
 	}
 	many := time.Since(t0)
-	fmt.Fprintf(&b, "| one call of 64 operations | %s |\n| 64 calls of one operation, one after another | %s |\n", ms(one), ms(many))
+	fmt.Fprintf(&bn.b, "| one call of 64 operations | %s |\n| 64 calls of one operation, one after another | %s |\n", ms(one), ms(many))
 
+	return nil
+}
+
+// renew measures a growing renew load.
+func (bn *bench) renew() error {
 	// Renew load: a growing fleet of holders, each renewing every 10 s.
-	fmt.Fprintf(&b, "\n## Renew load\n\nN permits held through the route (no auth), each renewed every %s (a third of a %d s TTL) at its own phase; "+
+	fmt.Fprintf(&bn.b, "\n## Renew load\n\nN permits held through the route (no auth), each renewed every %s (a third of a %d s TTL) at its own phase; "+
 		"the renews that start in a %s window are measured, then more permits are acquired and the next window begins. "+
-		"The steps stop at the first whose p99 passes %s.\n\n| held permits | renews/s | renews | renew p50 | renew p99 | lost |\n|---|---:|---:|---:|---:|---:|\n",
+		"The steps stop at the first whose p99 passes %s. CPU per renew covers the window, the fleet's renews and whatever else the manager did meanwhile.\n\n"+
+		"| held permits | renews/s | renews | renew p50 | renew p99 | lost | CPU ms per renew: kube-apiserver | etcd | this process | machine load (1 min) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
 		renewEvery, renewTTL, renewWindow, ms(renewBound))
-	f := newFleet(httpT)
+	f := newFleet(bn.httpT)
 	largest := 0
 	for _, n := range renewSteps {
 		if n > renewMax {
@@ -318,40 +461,40 @@ func run(d time.Duration, outPath string, nPermits, nCalls int) error {
 			f.close()
 			return err
 		}
+		before := bn.procs.times()
 		r, lost := f.measure(renewWindow)
-		fmt.Fprintf(&b, "| %d | %.0f | %d | %s | %s | %d |\n", n, float64(r.cycles)/renewWindow.Seconds(), r.cycles, ms(r.p50), ms(r.p99), lost)
-		fmt.Fprint(os.Stderr, ".")
+		cpu := bn.procs.times().minus(before)
+		fmt.Fprintf(&bn.b, "| %d | %.0f | %d | %s | %s | %d | %s | %s | %s | %s |\n", n, float64(r.cycles)/renewWindow.Seconds(), r.cycles, ms(r.p50), ms(r.p99), lost,
+			perCycle(cpu.apiserver, r.cycles+lost), perCycle(cpu.etcd, r.cycles+lost), perCycle(cpu.self, r.cycles+lost), loadAvg1())
 		if r.p99 >= renewBound || lost > 0 {
 			break
 		}
 		largest = n
 	}
 	f.close()
-	fmt.Fprintf(&b, "\nThe largest step whose renew p99 stayed under %s with nothing lost: %d held permits.\n", ms(renewBound), largest)
+	fmt.Fprintf(&bn.b, "\nThe largest step whose renew p99 stayed under %s with nothing lost: %d held permits.\n", ms(renewBound), largest)
 
+	return nil
+}
+
+// memory measures what held permits cost the manager.
+func (bn *bench) memory() error {
 	// Memory with many held permits in the manager's cache. The manager
 	// shares this process with the benchmark, so the figure is the live Go
 	// heap after a collection (what the cache keeps), beside the process's
 	// resident memory.
 	heapBefore, rssBefore := liveHeap(), rss()
-	if err := holdMany(kubeT, nPermits); err != nil {
+	if err := holdMany(bn.kubeT, bn.nPermits); err != nil {
 		return err
 	}
-	if err := waitCached(env, nPermits); err != nil {
+	if err := waitCached(bn.env, bn.nPermits); err != nil {
 		return err
 	}
 	heapAfter, rssAfter := liveHeap(), rss()
-	fmt.Fprintf(&b, "\n## Memory\n\n%d more permits held, all in the manager's informer cache:\n\n| | before | after | per permit |\n|---|---:|---:|---:|\n", nPermits)
-	fmt.Fprintf(&b, "| live Go heap after GC (manager and benchmark in one process) | %s | %s | %.1f KiB |\n", mib(heapBefore), mib(heapAfter), float64(heapAfter-heapBefore)/1024/float64(nPermits))
-	fmt.Fprintf(&b, "| process resident memory | %s | %s | %.1f KiB |\n", mib(rssBefore), mib(rssAfter), float64(rssAfter-rssBefore)/1024/float64(nPermits))
+	fmt.Fprintf(&bn.b, "\n## Memory\n\n%d more permits held, all in the manager's informer cache:\n\n| | before | after | per permit |\n|---|---:|---:|---:|\n", bn.nPermits)
+	fmt.Fprintf(&bn.b, "| live Go heap after GC (manager and benchmark in one process) | %s | %s | %.1f KiB |\n", mib(heapBefore), mib(heapAfter), float64(heapAfter-heapBefore)/1024/float64(bn.nPermits))
+	fmt.Fprintf(&bn.b, "| process resident memory | %s | %s | %.1f KiB |\n", mib(rssBefore), mib(rssAfter), float64(rssAfter-rssBefore)/1024/float64(bn.nPermits))
 
-	fmt.Fprintln(os.Stderr)
-	report := strings.Replace(b.String(), "%END_LOAD%", loadAvg(), 1)
-	fmt.Print(report)
-	if outPath != "" {
-		doc := "# Benchmarks\n\nReproduce with `make bench` (about six minutes). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
-		return os.WriteFile(outPath, []byte(doc), 0o644)
-	}
 	return nil
 }
 
@@ -413,3 +556,10 @@ both; read them with ` + "`go tool pprof -top`" + `), 2026-12-02:
   runtime has not yet returned, so it can even fall; the live heap after a
   collection is the figure that shows what 10,000 cached permits cost.
 `
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}

@@ -19,12 +19,12 @@ var profileDir string
 // manager's route and webhooks as well as the clients, and asks
 // kube-apiserver for one of its own over the same d (its /debug/pprof is on
 // by default, and the admin identity may read it). stop ends both and writes
-// route.pprof and apiserver.pprof.
-func startProfiles(cfg *rest.Config, d time.Duration) (stop func() error, err error) {
+// NAME-bench.pprof and NAME-apiserver.pprof.
+func startProfiles(cfg *rest.Config, d time.Duration, name string) (stop func() error, err error) {
 	if err := os.MkdirAll(profileDir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.Create(filepath.Join(profileDir, "route.pprof"))
+	f, err := os.Create(filepath.Join(profileDir, name+"-bench.pprof"))
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +56,6 @@ func startProfiles(cfg *rest.Config, d time.Duration) (stop func() error, err er
 		if a.err != nil {
 			return fmt.Errorf("kube-apiserver's profile: %w", a.err)
 		}
-		return os.WriteFile(filepath.Join(profileDir, "apiserver.pprof"), a.raw, 0o644)
+		return os.WriteFile(filepath.Join(profileDir, name+"-apiserver.pprof"), a.raw, 0o644)
 	}, nil
 }

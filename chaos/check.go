@@ -240,10 +240,37 @@ func (r *Report) checkHandovers(h History) {
 			released[op.Owner] = append(released[op.Owner], op.Call)
 		}
 	}
+	// When the write of each acknowledged version was sent: its lease
+	// began no earlier, by the machine's clock.
+	sent := map[uint64]int64{}
+	for _, op := range h.Ops {
+		if op.Lock == "" && (op.Outcome == Acquired || op.Outcome == Renewed) {
+			sent[op.NewToken] = op.Call
+		}
+	}
+	// realTime: by the machine's clock, which the stamps of skewed replicas
+	// do not show, the lease of version last began no earlier than its
+	// write was sent and lasted its TTL; the acquire e was admitted before
+	// the watcher saw it. A grace of at least twice the skew keeps the two
+	// in order; a takeover or expiry judged by a clock further off does not.
+	realTime := func(e, last *Event) {
+		call, ok := sent[last.Version]
+		if !ok {
+			return
+		}
+		if end := call + (last.ExpireTime - last.RenewTime); e.Seen < end {
+			r.violate(fmt.Sprintf("handover in real time: %s's acquire (version %d) was seen at %s, before %s's lease of version %d could end (its write was sent at %s, plus its TTL: %s)",
+				e.Owner, e.Version, stamp(e.Seen), last.Owner, last.Version, stamp(call), stamp(end)))
+		}
+	}
 	var prev *Event    // the live version, nil when the permit does not exist
 	var deleted *Event // the last state before a delete
+	var lastLive *Event
 	for i := range h.Permits {
 		e := &h.Permits[i]
+		if i > 0 && h.Permits[i-1].Type != "DELETED" && !h.Permits[i-1].Deleting {
+			lastLive = &h.Permits[i-1]
+		}
 		switch e.Type {
 		case "DELETED":
 			deleted, prev = e, nil
@@ -257,6 +284,9 @@ func (r *Report) checkHandovers(h History) {
 					r.Handovers["release"]++
 				} else {
 					r.Handovers["expiry"]++
+					if lastLive != nil {
+						realTime(e, lastLive)
+					}
 					if e.AcquireTime < deleted.ExpireTime {
 						r.violate(fmt.Sprintf("handover: %s acquired at %s (version %d) though %s's lease ran to %s and was not released",
 							e.Owner, stamp(e.AcquireTime), e.Version, deleted.Owner, stamp(deleted.ExpireTime)))
@@ -284,6 +314,7 @@ func (r *Report) checkHandovers(h History) {
 			}
 			if e.AcquireTime != prev.AcquireTime {
 				r.Handovers["takeover"]++
+				realTime(e, prev)
 				if e.AcquireTime < prev.ExpireTime {
 					r.violate(fmt.Sprintf("handover: %s took over at %s (version %d) though %s's lease ran to %s",
 						e.Owner, stamp(e.AcquireTime), e.Version, prev.Owner, stamp(prev.ExpireTime)))
@@ -376,6 +407,7 @@ func (r *Report) checkAvailable(h History, b bounds) {
 	type gap struct {
 		from, to, ttl int64
 		owner         string
+		version       uint64 // the lease's last version
 	}
 	var gaps []gap
 	var live *Event // the lease in force, nil when the permit is gone or being deleted
@@ -391,7 +423,9 @@ func (r *Report) checkAvailable(h History, b bounds) {
 				if end != 0 {
 					from = min(from, end)
 				}
-				gaps = append(gaps, gap{from: from, to: e.AcquireTime, ttl: last.ExpireTime - last.RenewTime, owner: last.Owner})
+				// The acquire was admitted no later than the watcher saw
+				// it, and no earlier than its stamp allows.
+				gaps = append(gaps, gap{from: from, to: min(e.Seen, e.AcquireTime-b.skew), ttl: last.ExpireTime - last.RenewTime, owner: last.Owner, version: last.Version})
 			}
 			live, last, end = e, e, 0
 		case e.Type == "DELETED" || e.Deleting:
@@ -408,7 +442,7 @@ func (r *Report) checkAvailable(h History, b bounds) {
 		if end != 0 {
 			from = min(from, end)
 		}
-		gaps = append(gaps, gap{from: from, to: 1<<63 - 1, ttl: last.ExpireTime - last.RenewTime, owner: last.Owner})
+		gaps = append(gaps, gap{from: from, to: 1<<63 - 1, ttl: last.ExpireTime - last.RenewTime, owner: last.Owner, version: last.Version})
 	}
 	var refused []Op
 	for _, op := range h.Ops {
@@ -427,6 +461,9 @@ func (r *Report) checkAvailable(h History, b bounds) {
 		}
 		budget := g.ttl + b.grace + b.skew
 		for j := sort.Search(len(refused), func(j int) bool { return refused[j].Call >= g.from+budget }); j < len(refused) && refused[j].Call < g.to; j++ {
+			if refused[j].Outcome == Held && refused[j].HolderToken > g.version {
+				continue // it names a newer holder: the lock was taken
+			}
 			waited := refused[j].Call - g.from
 			if waited-overlap(g.from, refused[j].Call, h.Leaderless) <= budget {
 				r.Excused++

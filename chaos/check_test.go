@@ -360,3 +360,31 @@ func TestHeldWithinTheGraceIsLinearizable(t *testing.T) {
 func sortOps(ops []Op) {
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
 }
+
+func TestATakeoverBeforeTheLeaseEndedInRealTimeIsFound(t *testing.T) {
+	// a's renew was sent at 60 ms and stamped by a replica 500 ms behind
+	// (its lease ends at 1565 ms by that stamp, at 2060 ms or later in real
+	// time); b's takeover, stamped by a replica 500 ms ahead at 1600 ms,
+	// is after a's expireTime by the stamps, but was seen at 1110 ms.
+	h := goodHistory()
+	h.Skew = int64(500 * time.Millisecond)
+	h.Ops = []Op{
+		{Client: 0, Kind: KindAcquire, Owner: "a", TTL: 2, Call: at(0), Return: at(10), Outcome: Acquired, NewToken: 100, ExpiresAt: at(2005)},
+		{Client: 0, Kind: KindRenew, Owner: "a", Token: 100, TTL: 2, Call: at(60), Return: at(70), Outcome: Renewed, NewToken: 102, ExpiresAt: at(1565)},
+		{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(1100), Return: at(1112), Outcome: Acquired, NewToken: 103, ExpiresAt: at(3600)},
+	}
+	h.Permits = []Event{
+		h.Permits[0],
+		{Type: "MODIFIED", Version: 102, Seen: at(68), Owner: "a", AcquireTime: at(5), RenewTime: at(-435), ExpireTime: at(1565)},
+		{Type: "MODIFIED", Version: 103, Seen: at(1110), Owner: "b", AcquireTime: at(1600), RenewTime: at(1600), ExpireTime: at(3600)},
+	}
+	h.Objects = nil
+	r := Check(h, 10*time.Second)
+	mustFind(t, r, "handover in real time: b's acquire (version 103) was seen at")
+	// Seen after the real end: no violation.
+	h.Ops[2].Call, h.Ops[2].Return = at(2100), at(2112)
+	h.Permits[2].Seen = at(2110)
+	if r := Check(h, 10*time.Second); len(r.Violations) != 0 {
+		t.Fatalf("violations %q", r.Violations)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,8 +18,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/chaos/skewclock"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/permit"
 	"github.com/queen-locks/queen-locks/route"
@@ -26,15 +29,30 @@ import (
 
 // cluster is the run's processes.
 type cluster struct {
-	env                *controlplane.Env
-	etcd, apiserver    *proc
-	manager            *proc
-	clients            []*proc
-	rec                *recorder
-	cs                 kubernetes.Interface
-	routeAddr, webhook string
-	kubeconfig, dir    string
-	starts             int
+	env             *controlplane.Env
+	etcd, apiserver *proc
+	replicas        []*replica
+	clients         []*proc
+	rec             *recorder
+	cs              kubernetes.Interface
+	kubeconfig, dir string
+	// webhooks is where the API server calls the webhooks (the address
+	// envtest configured): it spreads the calls over the replicas.
+	webhooks *proxy
+	// routes are each client's way to the route, spread over the
+	// replicas; the last is the harness's own, never cut.
+	routes []*proxy
+}
+
+// replica is one manager process, with its own ports, its own way to the
+// API server (a proxy the nemesis can cut) and its own clock offset.
+type replica struct {
+	id                     int
+	p                      *proc
+	webhookAddr, routeAddr string
+	api                    *proxy
+	clockFile              string
+	starts                 int
 }
 
 // prepare finds etcd and kube-apiserver, writes the kubeconfig, makes the
@@ -59,25 +77,20 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	if c.routeAddr, err = freeAddr(); err != nil {
+	if err := c.startReplicas(cfg); err != nil {
 		return err
 	}
-	wo := c.env.Env.WebhookInstallOptions
-	c.webhook = net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
-	c.manager = &proc{name: "manager", env: append(os.Environ(), "KUBECONFIG="+c.kubeconfig), args: []string{cfg.Manager,
-		"--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(wo.LocalServingPort), "--webhook-cert-dir", wo.LocalServingCertDir,
-		"--route-address", c.routeAddr, "--auth", route.AuthNone, "--default-namespace", Namespace,
-		"--leader-elect", "--leader-election-namespace", Namespace, "--expiry-grace", cfg.Grace.String(),
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}}
 	if err := c.grantClients(ctx); err != nil {
 		return err
 	}
-	if err := c.startManager(); err != nil {
-		return err
+	for _, r := range c.replicas {
+		if err := c.startReplica(r); err != nil {
+			return err
+		}
 	}
 	// The guard webhooks see this create, which needs a guard of its own:
 	// the manager must serve them, and the lock be held, first.
-	rt := RouteTransport(c.routeURL(), Namespace)
+	rt := RouteTransport(c.harnessRoute(), Namespace)
 	a, err := rt.Acquire(ctx, Lock, "setup", 60, 1)
 	if err != nil || !a.Acquired {
 		return fmt.Errorf("acquiring %s to create the guarded ConfigMap: %+v %v", Lock, a, err)
@@ -119,23 +132,90 @@ func (c *cluster) grantClients(ctx context.Context) error {
 	return err
 }
 
-// routeURL is the manager's lock route.
-func (c *cluster) routeURL() string { return "http://" + c.routeAddr + route.Path }
-
-// startManager starts the manager process and waits until its route and
-// webhook server accept connections.
-func (c *cluster) startManager() error {
-	c.starts++
-	log, err := os.Create(filepath.Join(c.dir, fmt.Sprintf("manager-%d.log", c.starts)))
+// startReplicas sets up cfg.Replicas manager replicas (not started yet):
+// each with a proxy to kube-apiserver and a kubeconfig through it, a clock
+// offset file, and its own webhook and route ports; and the proxies in
+// front of their webhooks (at the address the webhook configurations name)
+// and, for the harness, of their routes.
+func (c *cluster) startReplicas(cfg Config) error {
+	wo := c.env.Env.WebhookInstallOptions
+	server, err := url.Parse(c.env.Config.Host)
 	if err != nil {
 		return err
 	}
-	c.manager.log = log
-	if err := c.manager.start(); err != nil {
+	var webhooks, routes []string
+	for i := 0; i < cfg.Replicas; i++ {
+		r := &replica{id: i, clockFile: filepath.Join(c.dir, fmt.Sprintf("clock-%d", i))}
+		if r.api, err = newProxy("127.0.0.1:0", server.Host); err != nil {
+			return err
+		}
+		kc, err := clientcmd.Load(c.env.Env.KubeConfig)
+		if err != nil {
+			return err
+		}
+		for _, cl := range kc.Clusters {
+			cl.Server = "https://" + r.api.addr()
+		}
+		kubeconfig := filepath.Join(c.dir, fmt.Sprintf("kubeconfig-replica-%d", i))
+		if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+			return err
+		}
+		if err := skewclock.Write(r.clockFile, 0); err != nil {
+			return err
+		}
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		r.webhookAddr = net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(port))
+		if r.routeAddr, err = freeAddr(); err != nil {
+			return err
+		}
+		r.p = &proc{name: fmt.Sprintf("manager %d", i), env: append(os.Environ(), "KUBECONFIG="+kubeconfig), args: append([]string{cfg.Manager,
+			"--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(port), "--webhook-cert-dir", wo.LocalServingCertDir,
+			"--route-address", r.routeAddr, "--auth", route.AuthNone, "--default-namespace", Namespace,
+			"--leader-elect", "--leader-election-namespace", Namespace, "--expiry-grace", cfg.Grace.String(),
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+			"--test-clock-offset-file", r.clockFile}, cfg.ManagerArgs...)}
+		c.replicas = append(c.replicas, r)
+		webhooks = append(webhooks, r.webhookAddr)
+		routes = append(routes, r.routeAddr)
+	}
+	if c.webhooks, err = newProxy(net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)), webhooks...); err != nil {
+		return err
+	}
+	for i := 0; i <= cfg.Clients+len(cfg.Roles); i++ {
+		p, err := newProxy("127.0.0.1:0", routes...)
+		if err != nil {
+			return err
+		}
+		c.routes = append(c.routes, p)
+	}
+	return nil
+}
+
+// routeURL is the lock route as client i reaches it; the harness's own
+// after the last client.
+func (c *cluster) routeURL(i int) string { return "http://" + c.routes[i].addr() + route.Path }
+
+// harnessRoute is the harness's own way to the route, never cut.
+func (c *cluster) harnessRoute() string { return c.routeURL(len(c.routes) - 1) }
+
+// startReplica starts a manager replica and waits until its route and
+// webhook server accept connections.
+func (c *cluster) startReplica(r *replica) error {
+	r.starts++
+	name := fmt.Sprintf("manager-%d-%d.log", r.id, r.starts)
+	log, err := os.Create(filepath.Join(c.dir, name))
+	if err != nil {
+		return err
+	}
+	r.p.log = log
+	if err := r.p.start(); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(time.Minute)
-	for _, addr := range []string{c.routeAddr, c.webhook} {
+	for _, addr := range []string{r.routeAddr, r.webhookAddr} {
 		for {
 			conn, err := net.DialTimeout("tcp", addr, time.Second)
 			if err == nil {
@@ -143,12 +223,12 @@ func (c *cluster) startManager() error {
 				break
 			}
 			select {
-			case <-c.manager.done:
-				return fmt.Errorf("the manager exited; see manager-%d.log", c.starts)
+			case <-r.p.done:
+				return fmt.Errorf("manager %d exited; see %s", r.id, name)
 			case <-time.After(50 * time.Millisecond):
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the manager does not listen on %s after a minute; see manager-%d.log", addr, c.starts)
+				return fmt.Errorf("manager %d does not listen on %s after a minute; see %s", r.id, addr, name)
 			}
 		}
 	}
@@ -212,7 +292,7 @@ func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*
 			return nil, nil, err
 		}
 		p := &proc{name: fmt.Sprintf("client %d (%s)", i, role), env: os.Environ(), log: errLog, stdin: inR, stdout: outW, args: []string{cfg.Self, "client",
-			"-id", strconv.Itoa(i), "-route", c.routeURL(), "-namespace", Namespace, "-lock", Lock, "-object", Object,
+			"-id", strconv.Itoa(i), "-route", c.routeURL(i), "-namespace", Namespace, "-lock", Lock, "-object", Object,
 			"-ttl", strconv.FormatInt(cfg.TTL, 10), "-seed", strconv.FormatUint(cfg.Seed+uint64(i)+1, 10), "-kubeconfig", c.kubeconfig,
 			"-role", role, "-other-lock", OtherLock, "-user", ClientUser}}
 		if err := p.start(); err != nil {
@@ -246,8 +326,16 @@ func (c *cluster) shutdown(logf func(string, ...any)) {
 		_ = p.signal(syscall.SIGCONT)
 		_ = p.stop(10 * time.Second)
 	}
-	if c.manager != nil && c.manager.done != nil {
-		_ = c.manager.stop(30 * time.Second)
+	for _, r := range c.replicas {
+		if r.p.done != nil {
+			_ = r.p.stop(30 * time.Second)
+		}
+		r.api.close()
+	}
+	for _, p := range append(c.routes, c.webhooks) {
+		if p != nil {
+			p.close()
+		}
 	}
 	for _, p := range []*proc{c.apiserver, c.etcd} {
 		if p != nil && p.done != nil { // restarted by the harness
@@ -259,6 +347,15 @@ func (c *cluster) shutdown(logf func(string, ...any)) {
 	if err := c.env.Stop(); err != nil {
 		logf("stopping the control plane: %v", err)
 	}
+}
+
+func freePort() (int, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return 0, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(port)
 }
 
 func freeAddr() (string, error) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/queen-locks/queen-locks/chaos/skewclock"
 )
 
 // Faults the nemesis injects.
@@ -16,10 +18,22 @@ const (
 	FaultClient    = "pause client"
 	FaultAPIServer = "kill kube-apiserver"
 	FaultEtcd      = "kill etcd"
+	// FaultSkew sets each replica's clock offset anew, within the run's
+	// skew, ahead or behind; it stays until the next.
+	FaultSkew = "skew clocks"
+	// FaultCutReplica cuts a replica off from kube-apiserver (its
+	// informers, leader election, the route's and the webhooks' reads and
+	// writes), for 1 to 4 s.
+	FaultCutReplica = "cut replica from kube-apiserver"
+	// FaultCutClient cuts a client off from the route, for 1 to 4 s.
+	FaultCutClient = "cut client from route"
+	// FaultCutWebhook cuts kube-apiserver off from one replica's webhooks,
+	// for 1 to 4 s: the calls sent there hang, then fail.
+	FaultCutWebhook = "cut webhook from kube-apiserver"
 )
 
 // Faults lists every kind, in the order a run takes them.
-var Faults = []string{FaultManager, FaultClient, FaultAPIServer, FaultEtcd}
+var Faults = []string{FaultManager, FaultClient, FaultAPIServer, FaultEtcd, FaultSkew, FaultCutReplica, FaultCutClient, FaultCutWebhook}
 
 // nemesis injects one fault after another, a random pause apart, until ctx
 // ends; each fault is undone (restart, SIGCONT) and the system is back up
@@ -30,6 +44,7 @@ type nemesis struct {
 	faults []string
 	gap    [2]time.Duration // pause between faults, min and max
 	pause  [2]time.Duration // how long a client stays stopped, min and max
+	skew   time.Duration    // largest clock offset of a replica
 	counts map[string]int
 	logf   func(string, ...any)
 }
@@ -41,6 +56,9 @@ func (n *nemesis) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
+		}
+		if err := n.revive(); err != nil {
+			return err
 		}
 		f := n.faults[i%len(n.faults)]
 		n.logf("fault: %s", f)
@@ -55,13 +73,44 @@ func (n *nemesis) inject(f string) error {
 	c := n.c
 	switch f {
 	case FaultManager:
+		r := c.replicas[n.rand.IntN(len(c.replicas))]
 		lead := c.leader(context.Background())
 		killed := time.Now().UnixNano()
-		if err := n.restart(c.manager, c.startManager); err != nil {
+		if err := n.restart(r.p, func() error { return c.startReplica(r) }); err != nil {
 			return err
 		}
 		go c.watchLead(lead, killed)
 		return nil
+	case FaultSkew:
+		// Often one ahead and one behind, the pair the grace must cover.
+		sign := int64(1)
+		for _, r := range c.replicas {
+			off := time.Duration(n.rand.Int64N(int64(n.skew)+1)) * time.Duration(sign)
+			if n.rand.IntN(3) == 0 {
+				off = -off
+			}
+			sign = -sign
+			if err := skewclock.Write(r.clockFile, off); err != nil {
+				return err
+			}
+			n.logf("  manager %d clock offset %s", r.id, off)
+		}
+		return nil
+	case FaultCutReplica:
+		r := c.replicas[n.rand.IntN(len(c.replicas))]
+		return n.cut(r.api, 0)
+	case FaultCutWebhook:
+		return n.cut(c.webhooks, n.rand.IntN(len(c.replicas)))
+	case FaultCutClient:
+		// The holder's, when a client holds the lock: its renewals and
+		// release are cut off while its lease runs.
+		i := n.rand.IntN(len(c.clients))
+		if owner, _ := c.rec.holder(); owner != "" {
+			if id, ok := clientOf(owner); ok && id < len(c.clients) {
+				i = id
+			}
+		}
+		return n.cut(c.routes[i], -1)
 	case FaultAPIServer:
 		return n.restart(c.apiserver, func() error { return c.startReady(c.apiserver) })
 	case FaultEtcd:
@@ -91,6 +140,30 @@ func (n *nemesis) inject(f string) error {
 		return p.signal(syscall.SIGCONT)
 	}
 	return fmt.Errorf("unknown fault %q", f)
+}
+
+// cut cuts backend b of p (every backend when b < 0) for 1 to 4 s.
+func (n *nemesis) cut(p *proxy, b int) error {
+	p.setCut(b, true)
+	time.Sleep(time.Second + time.Duration(n.rand.Int64N(int64(3*time.Second))))
+	p.setCut(b, false)
+	return nil
+}
+
+// revive starts again a replica that exited by itself (a replica that
+// loses its leader election Lease, cut off too long, exits), as its
+// Deployment would.
+func (n *nemesis) revive() error {
+	for _, r := range n.c.replicas {
+		if r.p.exited() {
+			n.logf("manager %d exited by itself (see manager-%d-%d.log); starting it again", r.id, r.id, r.starts)
+			n.counts["manager exited by itself"]++
+			if err := n.c.startReplica(r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // restart kills p, waits up to 1.5 s, and brings it back with start.

@@ -41,13 +41,20 @@ type Config struct {
 	Clients  int
 	TTL      int64         // seconds
 	Grace    time.Duration // the manager's --expiry-grace
-	Seed     uint64
-	Manager  string   // the manager binary (bin/manager)
-	Self     string   // this binary, run as "client" for each client
-	Dir      string   // logs, kubeconfig and history.json
-	Faults   []string // the kinds to inject, in turn
-	Roles    []string // misbehaving clients, one process each, after the holders
-	Logf     func(string, ...any)
+	Replicas int           // manager replicas
+	// Skew is the largest offset of a replica's clock from the machine's:
+	// the nemesis sets each replica's offset within [-Skew, Skew].
+	Skew time.Duration
+	// ManagerArgs are more flags for every replica (a deliberate bug's, in
+	// a chaosbug build).
+	ManagerArgs []string
+	Seed        uint64
+	Manager     string   // the manager binary (bin/manager)
+	Self        string   // this binary, run as "client" for each client
+	Dir         string   // logs, kubeconfig and history.json
+	Faults      []string // the kinds to inject, in turn
+	Roles       []string // misbehaving clients, one process each, after the holders
+	Logf        func(string, ...any)
 }
 
 // Result is a run's history, what the nemesis did and what the checks found.
@@ -101,8 +108,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	n := &nemesis{c: c, rand: rnd, faults: cfg.Faults, gap: [2]time.Duration{2 * time.Second, 5 * time.Second},
-		pause:  [2]time.Duration{time.Duration(cfg.TTL) * time.Second / 2, time.Duration(cfg.TTL)*time.Second + 2*time.Second},
-		counts: map[string]int{}, logf: cfg.Logf}
+		pause: [2]time.Duration{time.Duration(cfg.TTL) * time.Second / 2, time.Duration(cfg.TTL)*time.Second + 2*time.Second},
+		skew:  cfg.Skew, counts: map[string]int{}, logf: cfg.Logf}
 	nctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	nerr := n.run(nctx)
 	cancel()
@@ -132,7 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	c.rec.mu.Lock()
 	lead := c.rec.lead
 	c.rec.mu.Unlock()
-	h := History{Grace: int64(cfg.Grace), Leaderless: lead, Ops: ops, Permits: c.rec.permits, Objects: c.rec.objects}
+	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), Leaderless: lead, Ops: ops, Permits: c.rec.permits, Objects: c.rec.objects}
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
@@ -147,7 +154,7 @@ func (c *cluster) settle(ctx context.Context, cfg Config, logOp func(Op)) error 
 	if err != nil {
 		return err
 	}
-	fc := &Client{ID: cfg.Clients + len(cfg.Roles), Route: RouteTransport(c.routeURL(), Namespace), Namespace: Namespace, Lock: Lock, Object: Object,
+	fc := &Client{ID: cfg.Clients + len(cfg.Roles), Route: RouteTransport(c.harnessRoute(), Namespace), Namespace: Namespace, Lock: Lock, Object: Object,
 		TTL: 30, Kube: kube, Rand: rand.New(rand.NewPCG(1, 2)), Log: logOp}
 	deadline := time.Now().Add(2 * time.Minute)
 	var token uint64

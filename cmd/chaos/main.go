@@ -48,6 +48,9 @@ func run() int {
 	clients := flag.Int("clients", 4, "Client processes contending for the lock.")
 	ttl := flag.Int64("ttl", 2, "Lease lifetime the clients ask for, in seconds.")
 	grace := flag.Duration("grace", time.Second, "The manager's --expiry-grace; the checks allow exactly this.")
+	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
+	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
+	managerArgs := flag.String("manager-args", "", "More flags for every replica, space-separated (a deliberate bug's, with a manager built with -tags chaosbug).")
 	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
 	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
 	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, removed when the run passes).")
@@ -88,6 +91,10 @@ func run() int {
 			misbehave = append(misbehave, r)
 		}
 	}
+	if *replicas < 1 || *skew < 0 || 2**skew > *grace {
+		fmt.Fprintln(os.Stderr, "chaos: -replicas must be at least 1, and -skew from 0 to half the -grace: a larger skew than the grace covers is not a promise")
+		return 2
+	}
 	if *clients < 1 || *ttl < 1 || len(kinds) == 0 || *duration <= 0 {
 		fmt.Fprintln(os.Stderr, "chaos: -clients and -ttl must be at least 1, -duration above 0, and -faults name one fault or more")
 		return 2
@@ -111,7 +118,8 @@ func run() int {
 	logf("seed %d, %d clients, ttl %ds, faults for %s; logs in %s", *seed, *clients, *ttl, *duration, *dir)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Seed: *seed,
+	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Replicas: *replicas, Skew: *skew,
+		ManagerArgs: strings.Fields(*managerArgs), Seed: *seed,
 		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Roles: misbehave, Logf: logf})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: %v\nevery process's log is in %s\n", err, *dir)
@@ -191,7 +199,7 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 	row("acquires refused past TTL + grace while no replica led (excused)", r.Excused)
 	fmt.Fprintf(w, "| longest such wait | %s |\n", time.Duration(r.LongestExcused).Round(time.Millisecond))
 	fmt.Fprintf(w, "| spans without a leader after a kill | %d |\n", len(res.History.Leaderless))
-	for _, f := range chaos.Faults {
+	for _, f := range append(chaos.Faults, "manager exited by itself") {
 		row("fault: "+f, res.Faults[f])
 	}
 	row("lost answers settled from the record", r.Resolved)

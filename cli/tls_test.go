@@ -1,19 +1,7 @@
 package cli_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"io"
-	"log"
-	"math/big"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -22,7 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/queen-locks/queen-locks/internal/testcert"
 )
 
 // tlsRoute serves the real route of ns behind a TLS-terminating reverse
@@ -31,24 +20,7 @@ import (
 // the proxy has seen so far.
 func tlsRoute(t *testing.T, ns string) (base string, caPEM []byte, auths func() []string) {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "queenlock test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, caCert, &key.PublicKey, caKey)
+	ca, err := testcert.New()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,17 +31,17 @@ func tlsRoute(t *testing.T, ns string) (base string, caPEM []byte, auths func() 
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	var mu sync.Mutex
 	var seen []string
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, err := ca.StartServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, r.Header.Get("Authorization"))
 		mu.Unlock()
 		proxy.ServeHTTP(w, r)
 	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are expected
-	srv.StartTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(srv.Close)
-	return srv.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), func() []string {
+	return srv.URL, ca.PEM, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)

@@ -2,19 +2,7 @@ package handle_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"io"
-	"log"
-	"math/big"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -25,53 +13,18 @@ import (
 	"time"
 
 	"github.com/queen-locks/queen-locks/handle"
+	"github.com/queen-locks/queen-locks/internal/testcert"
 	"github.com/queen-locks/queen-locks/route"
 )
 
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
+// newCA is a certificate authority made for one test.
+func newCA(t *testing.T) *testcert.CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcert.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "queen-locks test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// serving is a certificate for 127.0.0.1 signed by the CA.
-func (ca *testCA) serving(t *testing.T) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return ca
 }
 
 // tlsRoute is the real route of ns behind a TLS-terminating reverse proxy
@@ -91,7 +44,7 @@ func (r *tlsRoute) lastAuth() string {
 	return r.auths[len(r.auths)-1]
 }
 
-func serveTLSRoute(t *testing.T, ns string, ca *testCA) *tlsRoute {
+func serveTLSRoute(t *testing.T, ns string, ca *testcert.CA) *tlsRoute {
 	t.Helper()
 	plain, _ := startRoute(t, ns)
 	target, err := url.Parse(plain)
@@ -100,16 +53,15 @@ func serveTLSRoute(t *testing.T, ns string, ca *testCA) *tlsRoute {
 	}
 	r := &tlsRoute{}
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	srv, err := ca.StartServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.auths = append(r.auths, req.Header.Get("Authorization"))
 		r.mu.Unlock()
 		proxy.ServeHTTP(w, req)
 	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.serving(t)}, MinVersion: tls.VersionTLS12}
-	// The handshake errors of the calls meant to fail are expected.
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.StartTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL + route.Path
 	return r
@@ -131,7 +83,7 @@ func TestTheRouteOverTLSWithACAFile(t *testing.T) {
 	caFile := filepath.Join(dir, "ca.crt")
 
 	t.Run("trusted", func(t *testing.T) {
-		writeFile(t, caFile, ca.pem)
+		writeFile(t, caFile, ca.PEM)
 		h := handle.New(handle.HTTP(r.URL, handle.HTTPOptions{CAFile: caFile})).Lock("over-tls", 30*time.Second)
 		if ok, err := h.Acquire(ctx); !ok || err != nil {
 			t.Fatalf("acquire over TLS: %v %v", ok, err)
@@ -152,13 +104,13 @@ func TestTheRouteOverTLSWithACAFile(t *testing.T) {
 		}
 	})
 	t.Run("another CA, then the right one", func(t *testing.T) {
-		writeFile(t, caFile, newCA(t).pem)
+		writeFile(t, caFile, newCA(t).PEM)
 		tr := handle.HTTP(r.URL, handle.HTTPOptions{CAFile: caFile})
 		if _, err := tr.Get(ctx, "over-tls"); err == nil || !strings.Contains(err.Error(), "unknown authority") {
 			t.Fatalf("get trusting another CA: %v", err)
 		}
 		// The file changes (a rotated CA): the next call trusts its content.
-		writeFile(t, caFile, ca.pem)
+		writeFile(t, caFile, ca.PEM)
 		if _, err := tr.Get(ctx, "over-tls"); err != nil {
 			t.Fatalf("get after the CA file changed: %v", err)
 		}
@@ -187,7 +139,7 @@ func TestTokenFileFromTheEnvironmentIsReReadAtEveryCall(t *testing.T) {
 	r := serveTLSRoute(t, ns, ca)
 	dir := t.TempDir()
 	caFile, tokenFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
-	writeFile(t, caFile, ca.pem)
+	writeFile(t, caFile, ca.PEM)
 	writeFile(t, tokenFile, []byte("first-token\n"))
 	t.Setenv(handle.TokenFileEnv, tokenFile)
 	tr := handle.HTTP(r.URL, handle.HTTPOptions{CAFile: caFile})

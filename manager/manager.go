@@ -136,7 +136,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, fmt.Errorf("setting up the expiry controller: %w", err)
 		}
 	}
-	(&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace}).SetupWithManager(mgr)
+	if err := (&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the permit webhook: %w", err)
+	}
 	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
 	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
 		var dup prometheus.AlreadyRegisteredError

@@ -527,6 +527,12 @@ func classify(i int, op string, err error) *callError {
 		return &callError{Code: http.StatusBadRequest, Field: "namespace", Index: &i,
 			Message: fmt.Sprintf("operations[%d] (%s): the namespace does not exist", i, op)}
 	}
+	if strings.Contains(err.Error(), "denied the request") {
+		// A refusal that is neither held nor lost: a fault of queen-locks
+		// (the route sent what the webhook will not admit), not an outage.
+		return &callError{Code: http.StatusInternalServerError, Index: &i,
+			Message: fmt.Sprintf("operations[%d] (%s): the admission webhook refused the route's write; see the manager's log", i, op)}
+	}
 	why := "the API server did not carry it out"
 	if strings.Contains(err.Error(), "webhook") {
 		why = "the admission webhook did not answer"

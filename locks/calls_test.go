@@ -280,3 +280,35 @@ func TestAWaiterMakesNoCallsWhileNothingChanges(t *testing.T) {
 		t.Fatalf("%d still waiting", hub.Waiting())
 	}
 }
+
+// A stale token is carried through only within the holding it came from:
+// the same owner name holding the lock again later is another holding, and
+// a process paused through the first must not be carried onto it.
+func TestAStaleTokenOfAnEarlierHoldingIsLost(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	l := locks.New(env.Client, nil)
+	first, _ := l.Acquire(ctx, ns, "again", "host-a", 60, 1)
+	if ok, err := l.Release(ctx, ns, "again", 0, first.Token, "host-a"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	x, _ := l.Acquire(ctx, ns, "again", "x", 60, 1)
+	if ok, err := l.Release(ctx, ns, "again", 0, x.Token, "x"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	second, _ := l.Acquire(ctx, ns, "again", "host-a", 60, 1)
+	if !second.Acquired || second.Already {
+		t.Fatal(second)
+	}
+	for _, tok := range []uint64{first.Token, 1} {
+		if r, err := l.Renew(ctx, ns, "again", 0, tok, "host-a", 60); err != nil || r.Renewed {
+			t.Fatalf("renew with token %d of an earlier holding: %+v %v", tok, r, err)
+		}
+		if ok, err := l.Release(ctx, ns, "again", 0, tok, "host-a"); err != nil || ok {
+			t.Fatalf("release with token %d of an earlier holding: %v %v", tok, ok, err)
+		}
+	}
+	if hs, _ := l.Get(ctx, ns, "again"); len(hs) != 1 || hs[0].Token != second.Token {
+		t.Fatalf("the second holding was touched: %+v", hs)
+	}
+}

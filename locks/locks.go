@@ -292,6 +292,7 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 				return Acquired{}, err
 			}
 			if p.Spec.Owner == a.owner {
+				l.remember(p)
 				return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
 			}
 			return Acquired{Reason: ReasonHeld, Holders: []Holder{h}}, nil
@@ -346,6 +347,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 			if err != nil {
 				return Acquired{}, err
 			}
+			l.remember(mine)
 			return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
 		}
 		var holders []Holder
@@ -428,6 +430,7 @@ func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.Quee
 	if err != nil {
 		return Acquired{}, err
 	}
+	l.remember(keep)
 	return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
 }
 
@@ -670,15 +673,19 @@ func (l *Client) version(ns, name, rv string) (Version, bool) {
 }
 
 func (l *Client) remember(p *locksv1alpha1.QueenLock) {
-	if p.Spec.ExpireTime != nil {
-		l.answered.put(p.Namespace, p.Name, p.ResourceVersion, Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time})
+	if p.Spec.ExpireTime != nil && p.Spec.AcquireTime != nil {
+		l.answered.put(p.Namespace, p.Name, p.ResourceVersion, Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time}, p.Spec.AcquireTime.Time)
 	}
 }
 
 // current reads the permit and answers it when the caller still holds it:
 // not expired, and either the token is current (and the owner, when given,
-// matches) or the owner matches and the token is an older one of its own.
-// It answers nil when the permit is lost to the caller.
+// matches) or the owner matches and the token is an earlier version of the
+// same holding, one this client answered itself (an answer that was lost).
+// An owner name alone does not make a stale token current: a process
+// paused through its holding's end, sharing its owner with a later
+// holding, must not be carried onto that holding. It answers nil when the
+// permit is lost to the caller.
 func (l *Client) current(ctx context.Context, ns, lock string, slot int, token uint64, owner string) (*locksv1alpha1.QueenLock, error) {
 	p, err := l.get(ctx, ns, lock, slot)
 	if err != nil || p == nil {
@@ -695,7 +702,8 @@ func (l *Client) current(ctx context.Context, ns, lock string, slot int, token u
 	switch {
 	case token == now && (owner == "" || sameOwner):
 		return p, nil
-	case token < now && sameOwner:
+	case token < now && sameOwner && p.Spec.AcquireTime != nil &&
+		l.answered.sameHolding(ns, p.Name, strconv.FormatUint(token, 10), p.Spec.AcquireTime.Time):
 		return p, nil
 	default:
 		return nil, nil

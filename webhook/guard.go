@@ -139,6 +139,12 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 		return guardDenied("", fmt.Sprintf("every write to an object labelled %s=true needs its own annotation %s: <lock>#<slot>=<token>, held now",
 			permit.GuardedLabel, permit.GuardAnnotation))
 	}
+	if !wasGuarded && old.Annotations[permit.GuardAnnotation] == raw {
+		// No webhook saw the object while it was unguarded, so its stored
+		// annotations may be anybody's: a guard kept from then is not this
+		// write's own.
+		return guardDenied(raw, fmt.Sprintf("the object already carried this guard before it opted in, so this write may not have sent it: remove the annotation %s, then opt in with a write that sends it", permit.GuardAnnotation))
+	}
 	guard, err := permit.ParseGuard(raw)
 	if err != nil {
 		return guardDenied(raw, fmt.Sprintf("annotation %s: %v", permit.GuardAnnotation, err))
@@ -161,6 +167,9 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 	ops = append(ops, setAnnotation(meta, permit.FenceAnnotation, guard.String()))
 	if mark, ok := meta.Annotations[permit.DeletableAnnotation]; ok {
 		switch {
+		case !wasGuarded && mark == old.Annotations[permit.DeletableAnnotation]:
+			// Planted while no webhook looked: not this write's mark.
+			ops = append(ops, removeAnnotations(meta, permit.DeletableAnnotation)...)
 		case mark == "true":
 			ops = append(ops, setAnnotation(meta, permit.DeletableAnnotation, fmt.Sprint(guard.Token)))
 		case mark != old.Annotations[permit.DeletableAnnotation]:

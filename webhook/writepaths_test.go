@@ -351,3 +351,40 @@ func TestDeletingAGuardedObject(t *testing.T) {
 		t.Fatalf("delete in a terminating namespace: %v", err)
 	}
 }
+
+// While an object is unlabelled no webhook sees its writes, so what it
+// carries when it opts in may have been planted by anybody: a guard or a
+// deletable mark kept from then is not the opt-in write's own.
+func TestNothingPlantedBeforeOptingInCounts(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	h := setUpHolders(t, ns)
+	grant(t, ns, "dev", "", []string{"configmaps"}, []string{"*"})
+	dev := asUser(t, "dev")
+	optIn := func(name string, annotations map[string]any) error {
+		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"labels": map[string]any{permit.GuardedLabel: "true"}, "annotations": annotations}})
+		return dev.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.RawPatch(types.MergePatchType, body))
+	}
+	// A guard planted before: the label write sends none of its own.
+	planted := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "planted-guard",
+		Annotations: map[string]string{permit.GuardAnnotation: h.current}}}
+	if err := dev.Create(ctx, planted); err != nil {
+		t.Fatal(err)
+	}
+	refusedWith(t, optIn("planted-guard", map[string]any{}), "before it opted in")
+	// A deletable mark planted before: dropped at the opt-in, so a bare
+	// delete is still refused.
+	marked := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "planted-mark",
+		Annotations: map[string]string{permit.DeletableAnnotation: "true"}}}
+	if err := dev.Create(ctx, marked); err != nil {
+		t.Fatal(err)
+	}
+	if err := optIn("planted-mark", map[string]any{permit.GuardAnnotation: h.current}); err != nil {
+		t.Fatalf("opting in under the current guard: %v", err)
+	}
+	if _, ok := stored(t, ns, "planted-mark").Annotations[permit.DeletableAnnotation]; ok {
+		t.Fatal("a mark planted before the opt-in was kept")
+	}
+	refusedWith(t, dev.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "planted-mark"}}), "deletable")
+}

@@ -31,11 +31,15 @@ type Report struct {
 	// wait, in ns.
 	Excused        int
 	LongestExcused int64
-	Resolved       int // lost answers settled from the record (linearizability)
-	Dropped        int // lost answers that left no trace: not applied
-	Open           int // lost answers left open (a release, or an expiry)
-	Linearized     string
-	Violations     []string
+	// MostHolders is the most holders of the semaphore at once, by the
+	// answers; SemVersions its permit versions recorded.
+	MostHolders int
+	SemVersions int
+	Resolved    int // lost answers settled from the record (linearizability)
+	Dropped     int // lost answers that left no trace: not applied
+	Open        int // lost answers left open (a release, or an expiry)
+	Linearized  string
+	Violations  []string
 }
 
 // Check runs every check over h. timeout bounds the linearizability search.
@@ -61,6 +65,7 @@ func Check(h History, timeout time.Duration) Report {
 	r.checkHandovers(h)
 	r.checkAvailable(h, b)
 	r.checkAcknowledged(h)
+	r.checkSemaphore(h, b)
 	ops, resolved, dropped := resolve(h.Ops, h.Permits)
 	r.Resolved, r.Dropped = resolved, dropped
 	for _, op := range ops {
@@ -486,4 +491,115 @@ func overlap(from, to int64, spans [][2]int64) int64 {
 		}
 	}
 	return sum
+}
+
+// checkSemaphore: the semaphore never has more than SemaphoreLimit live
+// holders, by the answers; its permits are its slots only, and each slot's
+// record is a history of single leases (the same handover checks as the
+// lock's); an owner is never answered two slots.
+//
+// A lease, by the answers, runs from its acquire's stamp (expiresAt minus
+// the TTL) to its last renew's expiresAt, or to its release's call (less the
+// skew: the next holder's stamp may be that far behind). A takeover is
+// stamped at least the grace after the end it follows, and a permit the
+// controller deleted is created again at least the grace less twice the
+// skew after it; so with a grace of at least twice the skew, leases that
+// follow each other do not overlap, and more than the limit at once is a
+// fourth holder.
+func (r *Report) checkSemaphore(h History, b bounds) {
+	r.SemVersions = len(h.SemPermits)
+	for _, e := range h.SemPermits {
+		if e.Slot >= SemaphoreLimit || e.Slot < 0 {
+			r.violate(fmt.Sprintf("semaphore: permit version %d of %s is slot %d, beyond its limit %d", e.Version, Semaphore, e.Slot, SemaphoreLimit))
+		}
+	}
+	var ops []Op
+	for _, op := range h.Ops {
+		if op.Lock == Semaphore {
+			ops = append(ops, op)
+		}
+	}
+	// Each slot's record, with the operations on it, is a single lease's.
+	for slot := 0; slot < SemaphoreLimit; slot++ {
+		sub := History{Grace: h.Grace, Skew: h.Skew}
+		for _, e := range h.SemPermits {
+			if e.Slot == slot {
+				sub.Permits = append(sub.Permits, e)
+			}
+		}
+		for _, op := range ops {
+			if op.Slot == slot && (op.Outcome == Acquired || op.Kind != KindAcquire) {
+				op.Lock = ""
+				sub.Ops = append(sub.Ops, op)
+			}
+		}
+		var sr Report
+		sr.Handovers = map[string]int{}
+		sr.checkHandovers(sub)
+		for _, v := range sr.Violations {
+			r.violate(fmt.Sprintf("semaphore slot %d: %s", slot, v))
+		}
+	}
+	// By the answers: one slot per owner, and at most the limit at once.
+	type lease struct {
+		slot       int
+		start, end int64
+	}
+	leases := map[string]*lease{}
+	for _, op := range ops {
+		switch op.Outcome {
+		case Acquired, Already, Renewed:
+			l := leases[op.Owner]
+			if l == nil {
+				l = &lease{slot: op.Slot, start: op.ExpiresAt - op.TTL*int64(time.Second), end: op.ExpiresAt}
+				leases[op.Owner] = l
+			} else if l.slot != op.Slot {
+				r.violate(fmt.Sprintf("semaphore: owner %s was answered slot %d and slot %d: %s", op.Owner, l.slot, op.Slot, op))
+			}
+			l.end = max(l.end, op.ExpiresAt)
+		}
+	}
+	for _, op := range ops {
+		if op.Kind == KindRelease && op.Outcome == Released {
+			if l := leases[op.Owner]; l != nil {
+				l.end = min(l.end, op.Call-b.skew)
+			}
+		}
+	}
+	type edge struct {
+		at    int64
+		delta int
+		owner string
+	}
+	var edges []edge
+	for owner, l := range leases {
+		if l.end > l.start {
+			edges = append(edges, edge{l.start, 1, owner}, edge{l.end, -1, owner})
+		}
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at != edges[j].at {
+			return edges[i].at < edges[j].at
+		}
+		return edges[i].delta < edges[j].delta // an end before a start at the same instant
+	})
+	live := map[string]bool{}
+	reported := false
+	for _, e := range edges {
+		if e.delta > 0 {
+			live[e.owner] = true
+		} else {
+			delete(live, e.owner)
+		}
+		r.MostHolders = max(r.MostHolders, len(live))
+		if len(live) > SemaphoreLimit && !reported {
+			reported = true
+			var owners []string
+			for o := range live {
+				owners = append(owners, fmt.Sprintf("%s (slot %d, %s..%s)", o, leases[o].slot, stamp(leases[o].start), stamp(leases[o].end)))
+			}
+			sort.Strings(owners)
+			r.violate(fmt.Sprintf("semaphore: %d holders of %s (limit %d) at %s, by the answers: %v", len(live), Semaphore, SemaphoreLimit, stamp(e.at), owners))
+		}
+	}
 }

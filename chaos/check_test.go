@@ -388,3 +388,49 @@ func TestATakeoverBeforeTheLeaseEndedInRealTimeIsFound(t *testing.T) {
 		t.Fatalf("violations %q", r.Violations)
 	}
 }
+
+func semAcquire(client int, owner string, slot int, call, expires int64, token uint64) Op {
+	return Op{Client: client, Lock: Semaphore, Limit: SemaphoreLimit, Kind: KindAcquire, Owner: owner, TTL: 2, Slot: slot,
+		Call: call, Return: call + int64(10*time.Millisecond), Outcome: Acquired, NewToken: token, ExpiresAt: expires}
+}
+
+func TestTheSemaphoreChecks(t *testing.T) {
+	h := History{Grace: int64(time.Second)}
+	for i, owner := range []string{"s0", "s1", "s2"} {
+		h.Ops = append(h.Ops, semAcquire(i, owner, i, at(int64(i)*10), at(2005+int64(i)*10), uint64(100+i)))
+		h.SemPermits = append(h.SemPermits, Event{Type: "ADDED", Version: uint64(100 + i), Slot: i, Seen: at(int64(i)*10 + 8), Owner: owner,
+			AcquireTime: at(5 + int64(i)*10), RenewTime: at(5 + int64(i)*10), ExpireTime: at(2005 + int64(i)*10)})
+	}
+	// s0 releases; s3 acquires slot 0 after.
+	h.Ops = append(h.Ops, Op{Client: 0, Lock: Semaphore, Kind: KindRelease, Owner: "s0", Slot: 0, Token: 100, Call: at(100), Return: at(110), Outcome: Released},
+		semAcquire(3, "s3", 0, at(120), at(2125), 104))
+	h.SemPermits = append(h.SemPermits,
+		Event{Type: "DELETED", Version: 103, Slot: 0, Seen: at(108), Owner: "s0", AcquireTime: at(5), RenewTime: at(5), ExpireTime: at(2005)},
+		Event{Type: "ADDED", Version: 104, Slot: 0, Seen: at(128), Owner: "s3", AcquireTime: at(125), RenewTime: at(125), ExpireTime: at(2125)})
+	r := Check(h, 10*time.Second)
+	if len(r.Violations) != 0 || r.MostHolders != 3 {
+		t.Fatalf("violations %q, most holders %d", r.Violations, r.MostHolders)
+	}
+
+	// A fourth holder, in a slot beyond the limit.
+	four := h
+	four.Ops = append(append([]Op{}, h.Ops...), semAcquire(4, "s4", 3, at(130), at(2135), 105))
+	four.SemPermits = append(append([]Event{}, h.SemPermits...), Event{Type: "ADDED", Version: 105, Slot: 3, Seen: at(138), Owner: "s4",
+		AcquireTime: at(135), RenewTime: at(135), ExpireTime: at(2135)})
+	r = Check(four, 10*time.Second)
+	mustFind(t, r, "4 holders of chaos-sem (limit 3)")
+	mustFind(t, r, "is slot 3, beyond its limit 3")
+
+	// An owner answered two slots.
+	two := h
+	two.Ops = append(append([]Op{}, h.Ops...), Op{Client: 1, Lock: Semaphore, Kind: KindAcquire, Owner: "s1", TTL: 2, Slot: 2,
+		Call: at(140), Return: at(150), Outcome: Already, NewToken: 102, ExpiresAt: at(2025)})
+	mustFind(t, Check(two, 10*time.Second), "owner s1 was answered slot 1 and slot 2")
+
+	// A slot taken over while its lease runs.
+	early := h
+	early.Ops = append(append([]Op{}, h.Ops...), semAcquire(4, "s4", 1, at(500), at(2505), 106))
+	early.SemPermits = append(append([]Event{}, h.SemPermits...), Event{Type: "MODIFIED", Version: 106, Slot: 1, Seen: at(508), Owner: "s4",
+		AcquireTime: at(505), RenewTime: at(505), ExpireTime: at(2505)})
+	mustFind(t, Check(early, 10*time.Second), "semaphore slot 1: handover: s4 took over")
+}

@@ -70,6 +70,9 @@ func (c *Client) Run(ctx context.Context, stop <-chan struct{}) {
 	case RoleRevoker:
 		c.runRevoker(ctx, stopped)
 		return
+	case RoleSemaphore:
+		c.runSemaphore(ctx, stop, stopped)
+		return
 	}
 	for !stopped() {
 		c.cycle++
@@ -156,7 +159,7 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 	}
 	switch op.Kind {
 	case KindAcquire:
-		a, err := c.Route.Acquire(ctx, lock, op.Owner, op.TTL, 1)
+		a, err := c.Route.Acquire(ctx, lock, op.Owner, op.TTL, max(op.Limit, 1))
 		switch {
 		case err != nil:
 			return err
@@ -176,10 +179,11 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 			return fmt.Errorf("unexpected answer %+v", a)
 		}
 		if a.Acquired {
-			op.NewToken, op.ExpiresAt = a.Permit.Token, a.Permit.ExpiresAt.UnixNano()
+			op.NewToken, op.ExpiresAt, op.Slot = a.Permit.Token, a.Permit.ExpiresAt.UnixNano(), a.Permit.Slot
 		}
+		op.Holders = len(a.Holders)
 	case KindRenew:
-		r, err := c.Route.Renew(ctx, lock, 0, op.Token, op.Owner, op.TTL)
+		r, err := c.Route.Renew(ctx, lock, op.Slot, op.Token, op.Owner, op.TTL)
 		switch {
 		case err != nil:
 			return err
@@ -191,7 +195,7 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 			return fmt.Errorf("unexpected answer %+v", r)
 		}
 	case KindRelease:
-		released, err := c.Route.Release(ctx, lock, 0, op.Token, op.Owner)
+		released, err := c.Route.Release(ctx, lock, op.Slot, op.Token, op.Owner)
 		if err != nil {
 			return err
 		}
@@ -219,6 +223,10 @@ type writeSpec struct {
 	guard     *permit.Guard // nil sends none
 	deletable bool          // mark the object deletable under the guard
 	patch     bool          // a merge patch of the read version instead of an update
+	// noCreate leaves a missing object missing. The first guarded write
+	// of a new object binds it to whichever lock its guard names: a holder
+	// of another lock may create it, and then it is that lock's.
+	noCreate bool
 	// stale, when set, is the content written (by a create): a replaced
 	// holder's old counter and token.
 	stale map[string]string
@@ -228,7 +236,7 @@ func (c *Client) writeWith(ctx context.Context, w writeSpec) {
 	for try := 0; try < 3; try++ {
 		cm, err := c.Kube.CoreV1().ConfigMaps(c.Namespace).Get(ctx, c.Object, metav1.GetOptions{})
 		create := apierrors.IsNotFound(err)
-		if err != nil && !create {
+		if err != nil && !create || create && w.noCreate {
 			return // nothing sent
 		}
 		var n int64
@@ -400,7 +408,7 @@ func (c *Client) runOtherLock(ctx context.Context, stop <-chan struct{}, stopped
 		for i := 0; i < 3 && !stopped(); i++ {
 			c.pause(100, 400)
 			g := permit.Guard{Lock: c.OtherLock, Token: token}
-			c.writeWith(ctx, writeSpec{owner: owner, guard: &g, deletable: i == 2})
+			c.writeWith(ctx, writeSpec{owner: owner, guard: &g, deletable: i == 2, noCreate: true})
 			r := c.call(ctx, Op{Lock: c.OtherLock, Kind: KindRenew, Owner: owner, Token: token, TTL: c.TTL})
 			if r.Outcome != Renewed {
 				break
@@ -444,5 +452,41 @@ func (c *Client) runRevoker(ctx context.Context, stopped func() bool) {
 			op.Outcome, op.Error = Unknown, err.Error()
 		}
 		c.Log(op)
+	}
+}
+
+// runSemaphore contends for the semaphore (SemaphoreLimit slots) with the
+// other semaphore clients: acquire, pause, renew, pause, release, or one
+// time in eight walk away and let the lease run out.
+func (c *Client) runSemaphore(ctx context.Context, stop <-chan struct{}, stopped func() bool) {
+	for !stopped() {
+		c.cycle++
+		owner := fmt.Sprintf("s%d.%d", c.ID, c.cycle)
+		var acq Op
+		for {
+			acq = c.call(ctx, Op{Lock: Semaphore, Limit: SemaphoreLimit, Kind: KindAcquire, Owner: owner, TTL: c.TTL})
+			if acq.Outcome != Unknown && acq.Outcome != Failed {
+				break
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		if acq.Outcome != Acquired && acq.Outcome != Already {
+			c.pause(50, 250)
+			continue
+		}
+		c.pause(0, 600)
+		r := c.call(ctx, Op{Lock: Semaphore, Slot: acq.Slot, Kind: KindRenew, Owner: owner, Token: acq.NewToken, TTL: c.TTL})
+		if r.Outcome != Renewed {
+			continue
+		}
+		c.pause(0, 600)
+		if c.Rand.IntN(8) == 0 {
+			continue
+		}
+		c.call(ctx, Op{Lock: Semaphore, Slot: acq.Slot, Kind: KindRelease, Owner: owner, Token: r.NewToken})
 	}
 }

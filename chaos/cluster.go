@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,9 @@ type cluster struct {
 	rec             *recorder
 	cs              kubernetes.Interface
 	kubeconfig, dir string
+	// tokenFile holds the clients' ServiceAccount token for the route,
+	// with --auth=token; empty with --auth=none.
+	tokenFile string
 	// webhooks is where the API server calls the webhooks (the address
 	// envtest configured): it spreads the calls over the replicas.
 	webhooks *proxy
@@ -83,6 +87,11 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 	if err := c.grantClients(ctx); err != nil {
 		return err
 	}
+	if cfg.Auth == route.AuthToken {
+		if err := c.requestToken(ctx); err != nil {
+			return err
+		}
+	}
 	for _, r := range c.replicas {
 		if err := c.startReplica(r); err != nil {
 			return err
@@ -90,7 +99,7 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 	}
 	// The guard webhooks see this create, which needs a guard of its own:
 	// the manager must serve them, and the lock be held, first.
-	rt := RouteTransport(c.harnessRoute(), Namespace)
+	rt := RouteTransport(c.harnessRoute(), Namespace, c.tokenFile)
 	a, err := rt.Acquire(ctx, Lock, "setup", 60, 1)
 	if err != nil || !a.Acquired {
 		return fmt.Errorf("acquiring %s to create the guarded ConfigMap: %+v %v", Lock, a, err)
@@ -123,8 +132,9 @@ func (c *cluster) grantClients(ctx context.Context) error {
 			{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, Resources: []string{"queenlocks"}, Verbs: []string{"*"}},
 		}}
 	bind := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ClientUser},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ClientUser},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: ClientUser}}}
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: ClientUser},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: ClientUser},
+			{Kind: rbacv1.ServiceAccountKind, Namespace: Namespace, Name: ClientUser}}}
 	if _, err := c.cs.RbacV1().Roles(Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -160,7 +170,13 @@ func (c *cluster) startReplicas(cfg Config) error {
 		if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
 			return err
 		}
-		if err := skewclock.Write(r.clockFile, 0); err != nil {
+		// Clocks start apart, one ahead and the next behind by the full
+		// skew; the nemesis changes them during the run.
+		off := cfg.Skew
+		if i%2 == 1 {
+			off = -off
+		}
+		if err := skewclock.Write(r.clockFile, off); err != nil {
 			return err
 		}
 		port, err := freePort()
@@ -173,7 +189,7 @@ func (c *cluster) startReplicas(cfg Config) error {
 		}
 		r.p = &proc{name: fmt.Sprintf("manager %d", i), env: append(os.Environ(), "KUBECONFIG="+kubeconfig), args: append([]string{cfg.Manager,
 			"--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(port), "--webhook-cert-dir", wo.LocalServingCertDir,
-			"--route-address", r.routeAddr, "--auth", route.AuthNone, "--default-namespace", Namespace,
+			"--route-address", r.routeAddr, "--auth", cfg.Auth, "--default-namespace", Namespace,
 			"--leader-elect", "--leader-election-namespace", Namespace, "--expiry-grace", cfg.Grace.String(),
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 			"--test-clock-offset-file", r.clockFile}, cfg.ManagerArgs...)}
@@ -192,6 +208,26 @@ func (c *cluster) startReplicas(cfg Config) error {
 		c.routes = append(c.routes, p)
 	}
 	return nil
+}
+
+// requestToken makes the ServiceAccount the clients call the route as and
+// asks the API server for a token of it with the route's audience (a
+// TokenRequest, as the kubelet does for a projected volume), good for a
+// day: the route verifies it with a TokenReview and authorizes each
+// operation with a SubjectAccessReview for that ServiceAccount.
+func (c *cluster) requestToken(ctx context.Context) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ClientUser}}
+	if _, err := c.cs.CoreV1().ServiceAccounts(Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	day := int64(24 * 3600)
+	tr, err := c.cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, ClientUser, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{route.Audience}, ExpirationSeconds: &day}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("requesting a token of ServiceAccount %s for the route: %w", ClientUser, err)
+	}
+	c.tokenFile = filepath.Join(c.dir, "token")
+	return os.WriteFile(c.tokenFile, []byte(tr.Status.Token), 0o600)
 }
 
 // routeURL is the lock route as client i reaches it; the harness's own
@@ -294,7 +330,7 @@ func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*
 		p := &proc{name: fmt.Sprintf("client %d (%s)", i, role), env: os.Environ(), log: errLog, stdin: inR, stdout: outW, args: []string{cfg.Self, "client",
 			"-id", strconv.Itoa(i), "-route", c.routeURL(i), "-namespace", Namespace, "-lock", Lock, "-object", Object,
 			"-ttl", strconv.FormatInt(cfg.TTL, 10), "-seed", strconv.FormatUint(cfg.Seed+uint64(i)+1, 10), "-kubeconfig", c.kubeconfig,
-			"-role", role, "-other-lock", OtherLock, "-user", ClientUser}}
+			"-role", role, "-other-lock", OtherLock, "-user", ClientUser, "-token-file", c.tokenFile}}
 		if err := p.start(); err != nil {
 			return nil, nil, err
 		}

@@ -45,6 +45,8 @@ const (
 	// RoleOtherLock holds a second lock and writes the object under that
 	// lock's guard.
 	RoleOtherLock = "other-lock"
+	// RoleSemaphore contends for the semaphore: acquire, renew, release.
+	RoleSemaphore = "semaphore"
 	// RoleRevoker deletes the lock's permit with foreground or orphan
 	// propagation, as kubectl delete --cascade=foreground|orphan does.
 	RoleRevoker = "revoker"
@@ -86,6 +88,9 @@ type Op struct {
 	Owner   string `json:"owner"`
 	Token   uint64 `json:"token,omitempty"` // the token sent (renew, release, write)
 	TTL     int64  `json:"ttl,omitempty"`   // seconds (acquire, renew)
+	Limit   int    `json:"limit,omitempty"` // acquire of the semaphore
+	Slot    int    `json:"slot,omitempty"`  // the slot sent (renew, release) or answered (acquire)
+	Holders int    `json:"holders,omitempty"`
 	Call    int64  `json:"call"`
 	Return  int64  `json:"return"`
 	Outcome string `json:"outcome"`
@@ -119,6 +124,9 @@ type Op struct {
 
 func (o Op) String() string {
 	s := fmt.Sprintf("client %d %s owner=%s", o.Client, o.Kind, o.Owner)
+	if o.Lock != "" {
+		s += fmt.Sprintf(" lock=%s slot=%d", o.Lock, o.Slot)
+	}
 	if o.Token != 0 {
 		s += fmt.Sprintf(" token=%d", o.Token)
 	}
@@ -162,6 +170,7 @@ type Event struct {
 	// Deleting: the permit has a deletionTimestamp (a foreground or orphan
 	// delete waits for its finalizers to go): it is released, not held.
 	Deleting    bool   `json:"deleting,omitempty"`
+	Slot        int    `json:"slot,omitempty"`
 	UID         string `json:"uid,omitempty"`
 	Owner       string `json:"owner,omitempty"`
 	AcquireTime int64  `json:"acquireTime,omitempty"`
@@ -206,7 +215,9 @@ type History struct {
 	Leaderless [][2]int64 `json:"leaderless,omitempty"`
 	Ops        []Op       `json:"ops"`
 	Permits    []Event    `json:"permits"` // the lock's one permit, in commit order
-	Objects    []Event    `json:"objects"` // the guarded ConfigMap, in commit order
+	// SemPermits are the semaphore's permits, every slot, in commit order.
+	SemPermits []Event `json:"semPermits,omitempty"`
+	Objects    []Event `json:"objects"` // the guarded ConfigMap, in commit order
 }
 
 func stamp(ns int64) string {

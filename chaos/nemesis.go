@@ -85,8 +85,13 @@ func (n *nemesis) inject(f string) error {
 		// Often one ahead and one behind, the pair the grace must cover.
 		sign := int64(1)
 		for _, r := range c.replicas {
-			off := time.Duration(n.rand.Int64N(int64(n.skew)+1)) * time.Duration(sign)
-			if n.rand.IntN(3) == 0 {
+			// Half the time the full skew, the case the grace is for.
+			off := n.skew
+			if n.rand.IntN(2) == 0 {
+				off = time.Duration(n.rand.Int64N(int64(n.skew) + 1))
+			}
+			off *= time.Duration(sign)
+			if n.rand.IntN(4) == 0 {
 				off = -off
 			}
 			sign = -sign

@@ -29,6 +29,7 @@ import (
 type recorder struct {
 	mu      sync.Mutex
 	permits []Event
+	sem     []Event // the semaphore's permits
 	objects []Event
 	err     error
 	lead    [][2]int64 // spans without a leader (History.Leaderless)
@@ -38,7 +39,14 @@ type recorder struct {
 
 func (r *recorder) run(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, permitName, object string, from uint64) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
+			return c.Watch(ctx, &locksv1alpha1.QueenLockList{}, client.InNamespace(ns),
+				client.MatchingLabels{permit.LockLabel: permit.LabelValue(Semaphore)}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		}, r.semEvent)
+	}()
 	go func() {
 		defer wg.Done()
 		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
@@ -103,9 +111,15 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 	return m, nil
 }
 
-func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, seen int64) {
-	p := o.(*locksv1alpha1.QueenLock)
-	e := Event{Type: string(t), Version: v, Seen: seen, UID: string(p.UID), Owner: p.Spec.Owner,
+func (r *recorder) semEvent(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+	e := permitEventOf(t, o.(*locksv1alpha1.QueenLock), v, seen)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sem = append(r.sem, e)
+}
+
+func permitEventOf(t watch.EventType, p *locksv1alpha1.QueenLock, v uint64, seen int64) Event {
+	e := Event{Type: string(t), Version: v, Seen: seen, UID: string(p.UID), Owner: p.Spec.Owner, Slot: int(p.Spec.Slot),
 		Deleting: t != watch.Deleted && p.DeletionTimestamp != nil}
 	if p.Spec.AcquireTime != nil {
 		e.AcquireTime = p.Spec.AcquireTime.UnixNano()
@@ -116,6 +130,12 @@ func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, se
 	if p.Spec.ExpireTime != nil {
 		e.ExpireTime = p.Spec.ExpireTime.UnixNano()
 	}
+	return e
+}
+
+func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+	p := o.(*locksv1alpha1.QueenLock)
+	e := permitEventOf(t, p, v, seen)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.permits = append(r.permits, e)

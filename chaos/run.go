@@ -30,6 +30,10 @@ const (
 	Object    = "chaos-object"
 	// OtherLock is the second lock RoleOtherLock holds.
 	OtherLock = "chaos-other"
+	// Semaphore is the semaphore RoleSemaphore clients contend for, with
+	// SemaphoreLimit slots.
+	Semaphore      = "chaos-sem"
+	SemaphoreLimit = 3
 )
 
 // CheckTimeout bounds the search for a linearization of a run's history.
@@ -48,13 +52,17 @@ type Config struct {
 	// ManagerArgs are more flags for every replica (a deliberate bug's, in
 	// a chaosbug build).
 	ManagerArgs []string
-	Seed        uint64
-	Manager     string   // the manager binary (bin/manager)
-	Self        string   // this binary, run as "client" for each client
-	Dir         string   // logs, kubeconfig and history.json
-	Faults      []string // the kinds to inject, in turn
-	Roles       []string // misbehaving clients, one process each, after the holders
-	Logf        func(string, ...any)
+	// Auth is the route's --auth: route.AuthToken (the clients send a
+	// ServiceAccount token of audience route.Audience, made with a
+	// TokenRequest) or route.AuthNone.
+	Auth    string
+	Seed    uint64
+	Manager string   // the manager binary (bin/manager)
+	Self    string   // this binary, run as "client" for each client
+	Dir     string   // logs, kubeconfig and history.json
+	Faults  []string // the kinds to inject, in turn
+	Roles   []string // misbehaving clients, one process each, after the holders
+	Logf    func(string, ...any)
 }
 
 // Result is a run's history, what the nemesis did and what the checks found.
@@ -139,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	c.rec.mu.Lock()
 	lead := c.rec.lead
 	c.rec.mu.Unlock()
-	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), Leaderless: lead, Ops: ops, Permits: c.rec.permits, Objects: c.rec.objects}
+	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), Leaderless: lead, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects}
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
@@ -154,7 +162,7 @@ func (c *cluster) settle(ctx context.Context, cfg Config, logOp func(Op)) error 
 	if err != nil {
 		return err
 	}
-	fc := &Client{ID: cfg.Clients + len(cfg.Roles), Route: RouteTransport(c.harnessRoute(), Namespace), Namespace: Namespace, Lock: Lock, Object: Object,
+	fc := &Client{ID: cfg.Clients + len(cfg.Roles), Route: RouteTransport(c.harnessRoute(), Namespace, c.tokenFile), Namespace: Namespace, Lock: Lock, Object: Object,
 		TTL: 30, Kube: kube, Rand: rand.New(rand.NewPCG(1, 2)), Log: logOp}
 	deadline := time.Now().Add(2 * time.Minute)
 	var token uint64
@@ -217,7 +225,10 @@ func ClientKube(kubeconfig, user string) (kubernetes.Interface, error) {
 // HTTP transport, with no kept-alive connections, so that a call to a
 // killed manager fails as refused (certainly not applied) rather than on a
 // dead pooled connection.
-func RouteTransport(url, namespace string) handle.Transport {
-	return handle.HTTP(url, handle.HTTPOptions{Namespace: namespace,
+//
+// With tokenFile set, every call carries the ServiceAccount token in it
+// (the route runs with --auth=token).
+func RouteTransport(url, namespace, tokenFile string) handle.Transport {
+	return handle.HTTP(url, handle.HTTPOptions{Namespace: namespace, TokenFile: tokenFile,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}})
 }

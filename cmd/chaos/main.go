@@ -30,6 +30,7 @@ import (
 
 	"github.com/queen-locks/queen-locks/chaos"
 	"github.com/queen-locks/queen-locks/manager"
+	"github.com/queen-locks/queen-locks/route"
 )
 
 func main() {
@@ -50,6 +51,8 @@ func run() int {
 	grace := flag.Duration("grace", time.Second, "The manager's --expiry-grace; the checks allow exactly this.")
 	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
 	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
+	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", chaos.Semaphore, chaos.SemaphoreLimit))
+	auth := flag.String("auth", route.AuthToken, "The route's --auth: token (clients send a ServiceAccount token of audience queen-locks) or none.")
 	managerArgs := flag.String("manager-args", "", "More flags for every replica, space-separated (a deliberate bug's, with a manager built with -tags chaosbug).")
 	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
 	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
@@ -91,6 +94,13 @@ func run() int {
 			misbehave = append(misbehave, r)
 		}
 	}
+	for i := 0; i < *semaphores; i++ {
+		misbehave = append(misbehave, chaos.RoleSemaphore)
+	}
+	if *auth != route.AuthToken && *auth != route.AuthNone {
+		fmt.Fprintf(os.Stderr, "chaos: -auth %q: want %s or %s\n", *auth, route.AuthToken, route.AuthNone)
+		return 2
+	}
 	if *replicas < 1 || *skew < 0 || 2**skew > *grace {
 		fmt.Fprintln(os.Stderr, "chaos: -replicas must be at least 1, and -skew from 0 to half the -grace: a larger skew than the grace covers is not a promise")
 		return 2
@@ -119,7 +129,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Replicas: *replicas, Skew: *skew,
-		ManagerArgs: strings.Fields(*managerArgs), Seed: *seed,
+		ManagerArgs: strings.Fields(*managerArgs), Auth: *auth, Seed: *seed,
 		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Roles: misbehave, Logf: logf})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: %v\nevery process's log is in %s\n", err, *dir)
@@ -190,6 +200,8 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 	for _, k := range keys {
 		row("misbehaving "+k, r.Misbehaving[k])
 	}
+	row("semaphore permit versions recorded", r.SemVersions)
+	row("most semaphore holders at once (limit 3)", r.MostHolders)
 	row("renewals", r.Renewals)
 	for _, k := range []string{"release", "expiry", "takeover"} {
 		row("handovers by "+k, r.Handovers[k])
@@ -225,6 +237,7 @@ func client(args []string) error {
 	fs.Int64Var(&c.TTL, "ttl", 2, "Lease lifetime in seconds.")
 	seed := fs.Uint64("seed", 1, "Seed of the client's random pauses.")
 	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig of the API server.")
+	tokenFile := fs.String("token-file", "", "File holding the ServiceAccount token to send to the route; empty sends none (--auth=none).")
 	user := fs.String("user", "", "User to act as on the API server (impersonated); empty acts as the kubeconfig's.")
 	fs.StringVar(&c.Role, "role", chaos.RoleHolder, "What the client does: "+strings.Join(append([]string{chaos.RoleHolder}, chaos.Roles...), ", ")+".")
 	fs.StringVar(&c.OtherLock, "other-lock", chaos.OtherLock, "The second lock of the other-lock role.")
@@ -241,7 +254,7 @@ func client(args []string) error {
 	if c.Permits, err = ctrlclient.New(cfg, ctrlclient.Options{Scheme: manager.Scheme}); err != nil {
 		return err
 	}
-	c.Route = chaos.RouteTransport(*routeURL, c.Namespace)
+	c.Route = chaos.RouteTransport(*routeURL, c.Namespace, *tokenFile)
 	c.Rand = rand.New(rand.NewPCG(*seed, *seed))
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)

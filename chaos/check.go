@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -34,6 +35,9 @@ type Report struct {
 	// MostHolders is the most holders of the semaphore at once, by the
 	// answers; SemVersions its permit versions recorded.
 	MostHolders int
+	// Denied counts calls the route refused with 401 or 403 though the
+	// clients' token and rights were good all along.
+	Denied      int
 	SemVersions int
 	Resolved    int // lost answers settled from the record (linearizability)
 	Dropped     int // lost answers that left no trace: not applied
@@ -54,6 +58,12 @@ func Check(h History, timeout time.Duration) Report {
 		}
 		if op.Role != "" && op.Role != RoleHolder {
 			r.Misbehaving[op.Role+" "+op.Kind+"/"+op.Outcome]++
+		}
+		if op.BadCall && (strings.Contains(op.Error, "route answered 401") || strings.Contains(op.Error, "route answered 403")) {
+			op.BadCall, op.Denied = false, true // recorded before 401 and 403 were told apart
+		}
+		if op.Denied {
+			r.Denied++
 		}
 		if op.BadCall {
 			r.violate(fmt.Sprintf("harness: the route refused a call as malformed: %s", op))
@@ -508,10 +518,16 @@ func overlap(from, to int64, spans [][2]int64) int64 {
 // fourth holder.
 func (r *Report) checkSemaphore(h History, b bounds) {
 	r.SemVersions = len(h.SemPermits)
+	var beyond []Event
 	for _, e := range h.SemPermits {
 		if e.Slot >= SemaphoreLimit || e.Slot < 0 {
-			r.violate(fmt.Sprintf("semaphore: permit version %d of %s is slot %d, beyond its limit %d", e.Version, Semaphore, e.Slot, SemaphoreLimit))
+			beyond = append(beyond, e)
 		}
+	}
+	if len(beyond) > 0 {
+		e := beyond[0]
+		r.violate(fmt.Sprintf("semaphore: permit version %d of %s (owner %s) is slot %d, beyond its limit %d (%d such versions recorded)",
+			e.Version, Semaphore, e.Owner, e.Slot, SemaphoreLimit, len(beyond)))
 	}
 	var ops []Op
 	for _, op := range h.Ops {

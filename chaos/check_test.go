@@ -419,7 +419,7 @@ func TestTheSemaphoreChecks(t *testing.T) {
 		AcquireTime: at(135), RenewTime: at(135), ExpireTime: at(2135)})
 	r = Check(four, 10*time.Second)
 	mustFind(t, r, "4 holders of chaos-sem (limit 3)")
-	mustFind(t, r, "is slot 3, beyond its limit 3")
+	mustFind(t, r, "is slot 3, beyond its limit 3 (1 such versions recorded)")
 
 	// An owner answered two slots.
 	two := h

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"syscall"
@@ -137,6 +138,11 @@ func (c *Client) call(ctx context.Context, op Op) Op {
 	op.Return = time.Now().UnixNano()
 	var refused *handle.CallError
 	switch {
+	case errors.As(err, &refused) && (refused.Code == http.StatusUnauthorized || refused.Code == http.StatusForbidden):
+		// Refused by the route's TokenReview or SubjectAccessReview:
+		// nothing was applied (every 4xx applies nothing), but the harness's
+		// token and rights are good, so the review itself said no.
+		op.Outcome, op.Error, op.Denied = Failed, err.Error(), true
 	case errors.As(err, &refused) && refused.Code >= 400 && refused.Code < 500:
 		// The route refused the call whole: nothing was applied, and the
 		// harness sent something wrong.

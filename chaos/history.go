@@ -118,6 +118,8 @@ type Op struct {
 	// whose owner's permit was later deleted), the latest moment it can
 	// have taken effect. Set by the checks, not by clients.
 	Until int64 `json:"until,omitempty"`
+	// Denied: the route refused the caller's token or rights (401, 403).
+	Denied bool `json:"denied,omitempty"`
 	// BadCall: the route refused the call as malformed (a harness bug).
 	BadCall bool `json:"badCall,omitempty"`
 }

@@ -200,6 +200,7 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 	for _, k := range keys {
 		row("misbehaving "+k, r.Misbehaving[k])
 	}
+	row("calls the route refused with 401 or 403 (token and rights good)", r.Denied)
 	row("semaphore permit versions recorded", r.SemVersions)
 	row("most semaphore holders at once (limit 3)", r.MostHolders)
 	row("renewals", r.Renewals)

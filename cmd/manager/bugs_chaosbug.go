@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,13 +14,17 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"time"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/queen-locks/queen-locks/manager"
 )
 
 // Deliberate bugs, for showing that make chaos catches them
 // (docs/safety.md). Only a manager built with -tags chaosbug has them.
-var testBug = flag.String("test-bug", "", "TEST ONLY (make chaos, chaosbug build): put in a deliberate bug: no-grace or fourth-holder.")
+var testBug = flag.String("test-bug", "", "TEST ONLY (make chaos, chaosbug build): put in a deliberate bug: no-grace, fourth-holder or rogue-expiry.")
 
 func testBugs(o *manager.Options) error {
 	switch *testBug {
@@ -30,6 +35,8 @@ func testBugs(o *manager.Options) error {
 		o.ExpiryGrace = 0
 	case "fourth-holder":
 		return fourthHolder(o)
+	case "rogue-expiry":
+		return rogueExpiry(o)
 	default:
 		return fmt.Errorf("--test-bug=%q: no such bug", *testBug)
 	}
@@ -75,4 +82,51 @@ func fourthHolder(o *manager.Options) error {
 	}
 	go func() { _ = http.Serve(ln, rp) }()
 	return nil
+}
+
+// rogueExpiry runs, beside the manager, a second expiry controller that
+// takes no part in leader election (as a replica that kept deleting after
+// it lost the lead would), on a clock 1.5 s ahead of the replica's: further
+// than the grace covers, which leader election and the grace together are
+// meant to keep from mattering.
+func rogueExpiry(o *manager.Options) error {
+	base := o.Clock
+	if base == nil {
+		base = clock.RealClock{}
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	ro := manager.Options{MetricsAddr: "0", ProbeAddr: "0", WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: o.CertDir,
+		ExpiryGrace: o.ExpiryGrace, Clock: ahead{base, 1500 * time.Millisecond}, SkipNameValidation: true}
+	// Built once the real manager has registered its controller and
+	// metrics, which refuse a second registration that came first.
+	go func() {
+		time.Sleep(5 * time.Second)
+		mgr, err := manager.New(ctrl.GetConfigOrDie(), ro)
+		if err != nil {
+			ctrl.Log.Error(err, "the rogue expiry controller did not start")
+			return
+		}
+		_ = mgr.Start(context.Background())
+	}()
+	return nil
+}
+
+type ahead struct {
+	clock.PassiveClock
+	by time.Duration
+}
+
+func (a ahead) Now() time.Time                  { return a.PassiveClock.Now().Add(a.by) }
+func (a ahead) Since(t time.Time) time.Duration { return a.Now().Sub(t) }
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

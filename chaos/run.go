@@ -42,6 +42,7 @@ const CheckTimeout = 5 * time.Minute
 // Config is one run.
 type Config struct {
 	Duration time.Duration // how long the nemesis acts
+	Gap      [2]time.Duration // pause between faults, min and max
 	Clients  int
 	TTL      int64         // seconds
 	Grace    time.Duration // the manager's --expiry-grace
@@ -115,7 +116,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 
-	n := &nemesis{c: c, rand: rnd, faults: cfg.Faults, gap: [2]time.Duration{2 * time.Second, 5 * time.Second},
+	n := &nemesis{c: c, rand: rnd, faults: cfg.Faults, gap: cfg.Gap,
 		pause: [2]time.Duration{time.Duration(cfg.TTL) * time.Second / 2, time.Duration(cfg.TTL)*time.Second + 2*time.Second},
 		skew:  cfg.Skew, counts: map[string]int{}, logf: cfg.Logf}
 	nctx, cancel := context.WithTimeout(ctx, cfg.Duration)

@@ -49,6 +49,8 @@ func run() int {
 	clients := flag.Int("clients", 4, "Client processes contending for the lock.")
 	ttl := flag.Int64("ttl", 2, "Lease lifetime the clients ask for, in seconds.")
 	grace := flag.Duration("grace", time.Second, "The manager's --expiry-grace; the checks allow exactly this.")
+	gapMin := flag.Duration("gap-min", 2*time.Second, "Shortest pause between two faults.")
+	gapMax := flag.Duration("gap-max", 5*time.Second, "Longest pause between two faults.")
 	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
 	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
 	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", chaos.Semaphore, chaos.SemaphoreLimit))
@@ -101,6 +103,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "chaos: -auth %q: want %s or %s\n", *auth, route.AuthToken, route.AuthNone)
 		return 2
 	}
+	if *gapMin < 0 || *gapMax < *gapMin {
+		fmt.Fprintln(os.Stderr, "chaos: -gap-min must be at least 0 and -gap-max at least -gap-min")
+		return 2
+	}
 	if *replicas < 1 || *skew < 0 || 2**skew > *grace {
 		fmt.Fprintln(os.Stderr, "chaos: -replicas must be at least 1, and -skew from 0 to half the -grace: a larger skew than the grace covers is not a promise")
 		return 2
@@ -129,7 +135,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Replicas: *replicas, Skew: *skew,
-		ManagerArgs: strings.Fields(*managerArgs), Auth: *auth, Seed: *seed,
+		ManagerArgs: strings.Fields(*managerArgs), Auth: *auth, Gap: [2]time.Duration{*gapMin, *gapMax}, Seed: *seed,
 		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Roles: misbehave, Logf: logf})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: %v\nevery process's log is in %s\n", err, *dir)

@@ -74,7 +74,7 @@ type Options struct {
 	// RouteLimits bound slow and large calls; route.DefaultLimits when zero.
 	RouteLimits route.Limits
 	// MaxWaiters bounds the acquires that wait (waitSeconds) at once on
-	// this replica; wake.DefaultMaxWaiters when 0.
+	// this replica; half the route's MaxCalls when 0.
 	MaxWaiters int
 
 	// SkipNameValidation lets a process run more than one manager (tests
@@ -147,8 +147,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	if o.RouteAddr != "" {
+		limits := o.RouteLimits
+		if limits == (route.Limits{}) {
+			limits = route.DefaultLimits()
+		}
 		if o.MaxWaiters == 0 {
-			o.MaxWaiters = wake.DefaultMaxWaiters
+			// Waiting calls hold call slots: leave half for the rest.
+			o.MaxWaiters = limits.MaxCalls / 2
+		}
+		if o.MaxWaiters >= limits.MaxCalls {
+			return nil, fmt.Errorf("--route-max-waiters is %d: it must be below --route-max-calls (%d), or waiting calls could take every call slot", o.MaxWaiters, limits.MaxCalls)
 		}
 		hub, err := wake.ForManager(mgr, o.ExpiryGrace, o.MaxWaiters)
 		if err != nil {

@@ -49,7 +49,9 @@ func DefaultLimits() Limits {
 		MaxHeaderBytes:    16 << 10,
 		MaxConnections:    1024,
 		MaxCalls:          512,
-		MaxCallsPerCaller: 64,
+		// A quarter of the body memory at most for one caller, so that one
+		// caller holding its calls' bodies open cannot fill it for all.
+		MaxCallsPerCaller: 16,
 		MaxBodyMemory:     64 << 20,
 	}
 }

@@ -420,7 +420,13 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 	for i, op := range ops {
 		wg.Go(func() {
 			// A waiting acquire has its wait on top of the usual bound.
-			octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout+time.Duration(op.WaitSeconds)*time.Second)
+			// Each operation runs to a definite answer even if the caller
+			// goes away, so that what it acquired can be given back; only a
+			// waiting acquire stops waiting when the caller goes (waiting
+			// is what it would otherwise keep doing for nobody).
+			bound := s.cfg.OpTimeout + time.Duration(op.WaitSeconds)*time.Second
+			octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+			octx = context.WithValue(octx, callerContext{}, ctx)
 			defer cancel()
 			start := s.cfg.Clock.Now()
 			results[i], errs[i] = s.do(octx, caller, ns, i, op)
@@ -437,6 +443,9 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 		})
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		s.giveBack(ctx, caller, ns, ops, results)
+	}
 	var worst *callError
 	for i, err := range errs {
 		if err == nil {
@@ -448,6 +457,28 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 	}
 	return results, worst
 }
+
+// giveBack releases what the operations of a call acquired after its
+// caller went away (a waiting acquire keeps the other operations' answers
+// until the whole call answers): nobody will receive those tokens, so
+// nobody would release them before their TTLs end.
+func (s *Server) giveBack(ctx context.Context, caller Caller, ns string, ops []Operation, results []wire.Result) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.OpTimeout)
+	defer cancel()
+	for i, r := range results {
+		if ops[i].Op != OpAcquire || r.Acquired == nil || !*r.Acquired || r.Already || r.Token == nil || r.Slot == nil {
+			continue
+		}
+		if _, err := s.self.Release(rctx, ns, ops[i].Name, *r.Slot, *r.Token, r.Owner); err != nil {
+			s.cfg.Log.Error(err, "releasing what a call acquired after its caller went away", "caller", caller.Username, "namespace", ns, "name", ops[i].Name)
+		}
+	}
+}
+
+// callerContext keys the context of the caller's request, which ends when
+// the caller goes away, in the context an operation runs with, which does
+// not.
+type callerContext struct{}
 
 // do carries out one operation with the manager's identity. A permit the
 // caller acquires records the caller's pod, when its token is bound to one,
@@ -465,7 +496,15 @@ func (s *Server) do(ctx context.Context, caller Caller, ns string, i int, op Ope
 		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
 			opts = append(opts, locks.WaitUpTo(time.Duration(op.WaitSeconds)*time.Second, s.cfg.Waker))
 		}
-		a, err := lc.Acquire(ctx, ns, op.Name, owner, op.TTLSeconds, op.Limit, opts...)
+		actx := ctx
+		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
+			if cctx, ok := ctx.Value(callerContext{}).(context.Context); ok {
+				var cancel context.CancelFunc
+				actx, cancel = context.WithTimeout(cctx, s.cfg.OpTimeout+time.Duration(op.WaitSeconds)*time.Second)
+				defer cancel()
+			}
+		}
+		a, err := lc.Acquire(actx, ns, op.Name, owner, op.TTLSeconds, op.Limit, opts...)
 		if err != nil {
 			return res, err
 		}

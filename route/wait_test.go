@@ -225,3 +225,33 @@ func TestMalformedWaitSecondsIsRefusedWhole(t *testing.T) {
 		t.Fatal("a refused call applied an operation")
 	}
 }
+
+// A call whose waiting acquire outlives its caller gives back what its
+// other operations acquired: nobody will ever receive those tokens.
+func TestACallWhoseCallerLeftGivesBackItsOtherAcquires(t *testing.T) {
+	ns := namespace(t)
+	one(t, ns, acquire("w-busy", "a", 60, 0))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body := `{"namespace":"` + ns + `","operations":[` + acquireWaiting("w-busy", "b", 60, 0, 30) + `,` + acquire("w-side", "b", 60, 0) + `]}`
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, devURL, strings.NewReader(body))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waiting(t, 1)
+	cancel()
+	<-done
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		for _, p := range permits(t, ns) {
+			if p.Spec.Lock == "w-side" {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal("the other acquire of a call whose caller left is still held")
+	}
+}

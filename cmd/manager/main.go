@@ -13,7 +13,6 @@ import (
 	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/manager"
 	"github.com/queen-locks/queen-locks/route"
-	"github.com/queen-locks/queen-locks/wake"
 )
 
 func main() {
@@ -39,7 +38,7 @@ func main() {
 	flag.IntVar(&l.MaxHeaderBytes, "route-max-header-bytes", l.MaxHeaderBytes, "Largest headers of a call.")
 	flag.IntVar(&l.MaxConnections, "route-max-connections", l.MaxConnections, "Most open connections to the route; more wait to be accepted.")
 	flag.IntVar(&l.MaxCalls, "route-max-calls", l.MaxCalls, "Most calls in progress; more are answered 429.")
-	flag.IntVar(&o.MaxWaiters, "route-max-waiters", wake.DefaultMaxWaiters, "Most acquires waiting for a slot (waitSeconds) at once; past it an acquire answers at once, as without a wait.")
+	flag.IntVar(&o.MaxWaiters, "route-max-waiters", 0, "Most acquires waiting for a slot (waitSeconds) at once; past it an acquire answers at once, as without a wait. 0: half of --route-max-calls.")
 	flag.IntVar(&l.MaxCallsPerCaller, "route-max-calls-per-caller", l.MaxCallsPerCaller, "Most calls in progress of one caller; more are answered 429.")
 	flag.Int64Var(&l.MaxBodyMemory, "route-max-body-memory", l.MaxBodyMemory, "Most bytes of call bodies held at once; a call whose body does not fit is answered 429.")
 	zopts := zap.Options{}

@@ -41,7 +41,7 @@ const CheckTimeout = 5 * time.Minute
 
 // Config is one run.
 type Config struct {
-	Duration time.Duration // how long the nemesis acts
+	Duration time.Duration    // how long the nemesis acts
 	Gap      [2]time.Duration // pause between faults, min and max
 	Clients  int
 	TTL      int64         // seconds

@@ -1,7 +1,8 @@
 // Package chaos is the fault-injection safety check behind make chaos: client
-// processes contend for one lock and write a guarded ConfigMap under its
-// token while the manager, kube-apiserver, etcd and the clients themselves
-// are killed or paused; then the recorded history is checked.
+// processes contend for a lock and a semaphore and write a guarded ConfigMap
+// under the lock's token (some of them misbehaving) while manager replicas,
+// kube-apiserver, etcd and the clients themselves are killed, paused, cut
+// apart and given clocks that disagree; then the recorded history is checked.
 //
 // What is recorded comes from two sides that do not trust each other: each
 // client logs every call it made with its own wall-clock times and what it

@@ -1,8 +1,9 @@
 // Command chaos is make chaos: the fault-injection safety check. It starts a
-// local control plane and the manager as a separate process, runs client
-// processes that contend for one lock and write a guarded ConfigMap, kills
-// and pauses things for -duration, then checks the recorded history and
-// prints what it found. It exits 1 on any violation.
+// local control plane and manager replicas as separate processes, runs
+// client processes that contend for a lock and a semaphore and write a
+// guarded ConfigMap (and some that misbehave), kills, pauses, skews and cuts
+// things apart for -duration, then checks the recorded history and prints
+// what it found. It exits 1 on any violation.
 //
 //	chaos -duration 1m -manager bin/manager
 //
@@ -49,8 +50,8 @@ func run() int {
 	clients := flag.Int("clients", 4, "Client processes contending for the lock.")
 	ttl := flag.Int64("ttl", 2, "Lease lifetime the clients ask for, in seconds.")
 	grace := flag.Duration("grace", time.Second, "The manager's --expiry-grace; the checks allow exactly this.")
-	gapMin := flag.Duration("gap-min", 2*time.Second, "Shortest pause between two faults.")
-	gapMax := flag.Duration("gap-max", 5*time.Second, "Longest pause between two faults.")
+	gapMin := flag.Duration("gap-min", time.Second, "Shortest pause between two faults.")
+	gapMax := flag.Duration("gap-max", 3*time.Second, "Longest pause between two faults.")
 	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
 	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
 	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", chaos.Semaphore, chaos.SemaphoreLimit))

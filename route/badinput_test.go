@@ -104,3 +104,14 @@ func TestMissingNamespaceIsABadRequest(t *testing.T) {
 		t.Fatalf("answered %d: %v", code, out)
 	}
 }
+
+func TestInvalidUTF8IsRefusedNotReplaced(t *testing.T) {
+	ns := namespace(t)
+	body := `{"namespace":"` + ns + `","operations":[{"op":"acquire","name":"a` + "\xff" + `b","ttlSeconds":30}]}`
+	if code, out := call(t, devURL, "", body); code != http.StatusBadRequest || !strings.Contains(errorOf(t, out)["message"].(string), "UTF-8") {
+		t.Fatalf("invalid UTF-8 answered %d: %v", code, out)
+	}
+	if n := len(permits(t, ns)); n != 0 {
+		t.Fatalf("%d permits stored", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -84,6 +85,12 @@ func bad(index int, field, format string, args ...any) *BadRequest {
 // Decode reads and validates a call. Any mistake refuses the whole call,
 // before anything is applied.
 func Decode(body []byte) (*Request, *BadRequest) {
+	// encoding/json would turn invalid UTF-8 into U+FFFD, and a name into
+	// another name than the one sent; the contract says names are valid
+	// UTF-8, so refuse it instead.
+	if !utf8.Valid(body) {
+		return nil, bad(-1, "", "the body is not valid UTF-8")
+	}
 	var top map[string]json.RawMessage
 	if err := strictUnmarshal(body, &top); err != nil {
 		return nil, bad(-1, "", "invalid JSON: %v", err)

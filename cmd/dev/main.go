@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/route"
 )
@@ -57,7 +58,10 @@ func run(stop <-chan struct{}, addr, ns, dir string) error {
 	// A signal while this starts is kept in stop: the control plane is then
 	// stopped as soon as it is up, never left running.
 	env, err := controlplane.Start(controlplane.Options{
-		Verbose:          true,
+		Verbose: true,
+		// The manager's default, not the tests' shorter one: make dev
+		// behaves as an installed manager does.
+		ExpiryGrace:      controllers.DefaultGrace,
 		RouteAddr:        addr,
 		Auth:             route.AuthNone,
 		DefaultNamespace: ns,

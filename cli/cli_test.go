@@ -147,14 +147,14 @@ func TestRunRenewsAndPassesTheTokenAndExitStatus(t *testing.T) {
 	where(t, func(t *testing.T, ns string, conn []string) {
 		dir := t.TempDir()
 		// Wait until the token file holds a token other than the first one:
-		// the lock (TTL 1s) was renewed while the command ran.
+		// the lock (TTL 2s) was renewed while the command ran.
 		script := `echo "$QUEEN_LOCK_NAME $QUEEN_LOCK_SLOT $QUEEN_LOCK_TOKEN" > ` + dir + `/env
 while [ "$(cat "$QUEEN_LOCK_TOKEN_FILE")" = "$QUEEN_LOCK_TOKEN" ]; do sleep 0.05; done
 while [ "$(cat "$QUEEN_LOCK_TOKEN_FILE")" -lt $((QUEEN_LOCK_TOKEN)) ]; do sleep 0.05; done
-sleep 2.5
+sleep 4.5
 cat "$QUEEN_LOCK_TOKEN_FILE" > ` + dir + `/last
 exit 7`
-		c := cmd("run", "long", conn, "--ttl", "1s", "--", "sh", "-c", script)
+		c := cmd("run", "long", conn, "--ttl", "2s", "--", "sh", "-c", script)
 		out, err := c.CombinedOutput()
 		if code := exitCode(err); code != 7 {
 			t.Fatalf("exit %d, want the command's 7: %s", code, out)

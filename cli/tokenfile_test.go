@@ -8,15 +8,16 @@ import (
 	"testing"
 )
 
-// The token file, read as fast as we can while the lock (TTL 1s) is renewed
-// every third of a second: every read is one whole token, never older than
-// one read before.
+// The token file, read as fast as we can while the lock (TTL 2s) is renewed
+// every third of its lifetime: every read is one whole token, never older
+// than one read before. (2 s, not 1 s: on a loaded machine a 1 s lease can
+// end on a slow call, and the run with it.)
 func TestTokenFileNeverGoesBack(t *testing.T) {
 	where(t, func(t *testing.T, ns string, conn []string) {
 		dir := t.TempDir()
 		script := `echo "$QUEEN_LOCK_TOKEN_FILE" > ` + dir + `/path.tmp; mv ` + dir + `/path.tmp ` + dir + `/path
 while [ ! -f ` + dir + `/stop ]; do sleep 0.05; done`
-		c := cmd("run", "tokens", conn, "--ttl", "1s", "--", "sh", "-c", script)
+		c := cmd("run", "tokens", conn, "--ttl", "2s", "--", "sh", "-c", script)
 		var stderr syncBuffer
 		c.Stderr = &stderr
 		if err := c.Start(); err != nil {

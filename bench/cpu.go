@@ -31,8 +31,31 @@ func (c cpuTimes) minus(o cpuTimes) cpuTimes {
 	return cpuTimes{c.apiserver - o.apiserver, c.etcd - o.etcd, c.self - o.self}
 }
 
+func (c cpuTimes) total() time.Duration { return c.apiserver + c.etcd + c.self }
+
 func (c cpuTimes) plus(o cpuTimes) cpuTimes {
 	return cpuTimes{c.apiserver + o.apiserver, c.etcd + o.etcd, c.self + o.self}
+}
+
+// aboveIdle is c less what the processes use idle (per second) over secs,
+// never below zero: the control plane's own loops and the manager's
+// informer run whether or not anyone takes a lock, and a row that does
+// fewer cycles in the same time would otherwise carry more of them each.
+func (c cpuTimes) aboveIdle(idle cpuTimes, secs float64) cpuTimes {
+	sub := func(a, b time.Duration) time.Duration {
+		return max(0, a-time.Duration(float64(b)*secs))
+	}
+	return cpuTimes{sub(c.apiserver, idle.apiserver), sub(c.etcd, idle.etcd), sub(c.self, idle.self)}
+}
+
+// idleRate measures the CPU the processes use per second while the
+// benchmark does nothing, over d.
+func (p procs) idleRate(d time.Duration) cpuTimes {
+	before := p.times()
+	time.Sleep(d)
+	used := p.times().minus(before)
+	per := func(x time.Duration) time.Duration { return time.Duration(float64(x) / d.Seconds()) }
+	return cpuTimes{per(used.apiserver), per(used.etcd), per(used.self)}
 }
 
 // findProcs finds this control plane's kube-apiserver and etcd among the

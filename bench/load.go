@@ -14,8 +14,12 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/handle"
@@ -66,11 +70,77 @@ func post(url, body string) error {
 	return nil
 }
 
-// fleet is a set of held permits, each renewed every renewEvery through
-// one transport from when it was acquired, at its own phase, until stop:
-// a steady renew load that grows between measurements without a pause.
+// holding is what a fleet holds: permits through a transport, or Leases.
+type holding interface {
+	acquire(ctx context.Context, name string) (token uint64, err error)
+	// renew answers the new token, or why the holding was lost.
+	renew(ctx context.Context, name string, token uint64) (uint64, string, error)
+	release(ctx context.Context, name string, token uint64)
+}
+
+// permits holds lock permits through a transport.
+type permits struct{ t handle.Transport }
+
+func (p permits) acquire(ctx context.Context, name string) (uint64, error) {
+	a, err := p.t.Acquire(ctx, name, "r", renewTTL, 1)
+	if err == nil && !a.Acquired {
+		err = fmt.Errorf("not acquired: %s", a.Reason)
+	}
+	return a.Token, err
+}
+
+func (p permits) renew(ctx context.Context, name string, token uint64) (uint64, string, error) {
+	r, err := p.t.Renew(ctx, name, 0, token, "r", renewTTL)
+	if err != nil || !r.Renewed {
+		return 0, r.Reason, err
+	}
+	return r.Token, "", nil
+}
+
+func (p permits) release(ctx context.Context, name string, token uint64) {
+	_, _ = p.t.Release(ctx, name, 0, token, "r")
+}
+
+// leases holds coordination.k8s.io Leases and renews them as a holder of
+// a Lease does: one merge patch of renewTime, conditional on the
+// resourceVersion, the same shape as a permit's renew.
+type leases struct {
+	cs kubernetes.Interface
+	ns string
+}
+
+func (l leases) acquire(ctx context.Context, name string) (uint64, error) {
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("r"), LeaseDurationSeconds: ptr.To[int32](renewTTL), AcquireTime: &now, RenewTime: &now,
+	}}
+	got, err := l.cs.CoordinationV1().Leases(l.ns).Create(ctx, lease, metav1.CreateOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(got.ResourceVersion, 10, 64)
+}
+
+func (l leases) renew(ctx context.Context, name string, token uint64) (uint64, string, error) {
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":"%d"},"spec":{"renewTime":%q}}`, token, time.Now().UTC().Format(metav1.RFC3339Micro))
+	got, err := l.cs.CoordinationV1().Leases(l.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return 0, "", err
+	}
+	tok, err := strconv.ParseUint(got.ResourceVersion, 10, 64)
+	return tok, "", err
+}
+
+func (l leases) release(ctx context.Context, name string, token uint64) {
+	rv := strconv.FormatUint(token, 10)
+	_ = l.cs.CoordinationV1().Leases(l.ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+}
+
+// fleet is a set of holdings, each renewed every renewEvery from when it
+// was acquired, at its own phase, until stop: a steady renew load that
+// grows between measurements without a pause.
 type fleet struct {
-	t    handle.Transport
+	h    holding
 	stop chan struct{}
 	wg   sync.WaitGroup
 
@@ -93,7 +163,7 @@ const (
 	renewTTL   = 30 // renewEvery is a third of it
 )
 
-func newFleet(t handle.Transport) *fleet { return &fleet{t: t, stop: make(chan struct{})} }
+func newFleet(h holding) *fleet { return &fleet{h: h, stop: make(chan struct{})} }
 
 // grow acquires permits, 32 at a time, until n are held, and starts
 // renewing each.
@@ -108,16 +178,25 @@ func (f *fleet) grow(n int) error {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			name := fmt.Sprint("renew-", i)
-			a, err := f.t.Acquire(ctx, name, "r", renewTTL, 1)
-			if err != nil || !a.Acquired {
+			// An acquire the API server did not carry out (503 from an
+			// overloaded machine) is sent again, as the route asks: the
+			// same owner converges on the same permit.
+			var tok uint64
+			var err error
+			for try := 0; try < 3; try++ {
+				if tok, err = f.h.acquire(ctx, name); err == nil {
+					break
+				}
+			}
+			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
-					firstErr = fmt.Errorf("acquire %s: %v %s", name, err, a.Reason)
+					firstErr = fmt.Errorf("acquire %s: %w", name, err)
 				}
 				mu.Unlock()
 				return
 			}
-			h := &heldPermit{name: name, token: a.Token}
+			h := &heldPermit{name: name, token: tok}
 			f.mu.Lock()
 			f.held = append(f.held, h)
 			f.mu.Unlock()
@@ -148,16 +227,16 @@ func (f *fleet) renew(h *heldPermit) {
 		}
 		f.mu.Unlock()
 		t0 := time.Now()
-		r, err := f.t.Renew(ctx, h.name, 0, tok, "r", renewTTL)
+		newTok, why, err := f.h.renew(ctx, h.name, tok)
 		d := time.Since(t0)
 		f.mu.Lock()
-		if err == nil && r.Renewed {
-			h.token = r.Token
+		renewed := err == nil && why == ""
+		if renewed {
+			h.token = newTok
 		}
 		if rec {
-			if err != nil || !r.Renewed {
+			if !renewed {
 				f.lost++
-				why := r.Reason
 				if err != nil {
 					why = err.Error()
 				}
@@ -203,7 +282,7 @@ func (f *fleet) close() {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, _ = f.t.Release(context.Background(), h.name, 0, h.token, "r")
+			f.h.release(context.Background(), h.name, h.token)
 		})
 	}
 	wg.Wait()

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestOffTarget(t *testing.T) {
+	row := func(op string, api map[string]float64) callRow {
+		return callRow{path: "route", op: op, n: 40, d: tally{api: api}}
+	}
+	rows := []callRow{
+		row("acquire, free lock", map[string]float64{"POST queenlocks": 40, "POST tokenreviews": 1}),
+		row("release", map[string]float64{"GET queenlocks": 40, "DELETE queenlocks": 40}),
+		row("acquire, held by another owner", map[string]float64{"POST queenlocks": 40, "GET queenlocks": 40}),
+		row("no such operation", map[string]float64{"GET queenlocks": 40}),
+	}
+	want := []string{"route, release: 2 calls", "route, no such operation: 1 calls"}
+	if d := cmp.Diff(want, offTarget(rows)); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+func TestSummaryWrite(t *testing.T) {
+	s := summary{
+		callsRun: true,
+		ratio8:   0.41, floor8: 0.68,
+		tokenVs:      map[int]float64{1: 0.97, 8: 0.95, 32: 0.88},
+		tokenCPU8:    1.04,
+		renewP99:     map[int]time.Duration{250: 50 * time.Millisecond, 1000: 400 * time.Millisecond},
+		leaseP99:     map[int]time.Duration{250: 30 * time.Millisecond, 1000: 90 * time.Millisecond},
+		renewLargest: 250,
+	}
+	got := s.write()
+	for _, want := range []string{
+		"API calls per operation:** met",
+		"0.6 of the Lease baseline** (0.30 before one call per operation): not met, 0.41",
+		"reached 0.68",
+		"Token auth within 10% of no auth:** not met in cycles per second (0.97, 0.95 and 0.88",
+		"the steps stopped before 2000",
+		"the largest step under 250.0 ms: 250 held permits",
+		"p99 of 30.0 ms at 250, 90.0 ms at 1000",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+}

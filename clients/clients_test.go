@@ -300,7 +300,9 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 				}
 				s := other.try(t, lock)
 				if s.Acquired || s.Reason != "held" || len(s.Holders) != 1 ||
-					s.Holders[0].Owner != got.Owner || s.Holders[0].Token != got.Token {
+					s.Holders[0].Owner != got.Owner || s.Holders[0].Token < got.Token {
+					// Not equal: the holder's background renew may have
+					// changed the token since its acquire answered.
 					t.Errorf("%s saw %+v; %s holds it as %s with token %d", other.name, s, holder.name, got.Owner, got.Token)
 				}
 			}

@@ -180,14 +180,14 @@ describe('loss', { skip: live }, () => {
     h.onLost(lost.resolve)
     assert.equal(await h.acquire(), true)
     const signal = h.signal
-    const deleted = performance.now()
     await deletePermit(name)
+    const deleted = performance.now() // kubectl's own start-up is not the handle's
     const reason = await within(30_000, lost.promise, 'the loss')
     const took = performance.now() - deleted
     assert.equal(reason, LOST_RENEW)
     // The next renew, at most a third of the lifetime away, learns it (with
-    // a second's slack for kubectl and a busy machine).
-    assert.ok(took < ttl / 3 + 1000, `learnt after ${took} ms`)
+    // slack for a renew call on a busy machine).
+    assert.ok(took < ttl / 3 + 2000, `learnt after ${took} ms`)
     assert.ok(signal.aborted && signal.reason instanceof LockLostError && signal.reason.reason === 'renew')
     assert.equal(h.held, false)
     assert.equal(h.reason, 'renew')

@@ -211,14 +211,14 @@ class Loss(unittest.TestCase):
         h.on_lost(lambda r: (reasons.append(r), lost.set()))
         self.assertTrue(h.acquire())
         event = h.lost
-        deleted = time.monotonic()
         delete_permit(name)
+        deleted = time.monotonic()  # kubectl's own start-up is not the handle's
         self.assertTrue(lost.wait(30), "the loss was never reported")
         took = time.monotonic() - deleted
         self.assertEqual(reasons, [queen_locks.LOST_RENEW])
         # The next renew, at most a third of the lifetime away, learns it
-        # (with a second's slack for kubectl and a busy machine).
-        self.assertLess(took, ttl / 3 + 1, f"learnt after {took:.2f}s")
+        # (with slack for a renew call on a busy machine).
+        self.assertLess(took, ttl / 3 + 2, f"learnt after {took:.2f}s")
         self.assertTrue(event.is_set())
         self.assertFalse(h.held)
         self.assertEqual(h.reason, "renew")

@@ -38,7 +38,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long each throughput row runs, in one-second rounds")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
-	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, batch, renew, memory")
+	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, batch, renew, memory, wakeup")
 	calls := flag.Int("calls", 40, "operations of each kind whose API calls are counted")
 	flag.StringVar(&saveMetrics, "save-metrics", "", "write kube-apiserver's last scraped /metrics text here")
 	flag.StringVar(&featureGates, "apiserver-feature-gates", "", "kube-apiserver's --feature-gates, for trying one (CBORServingAndStorage=true, say)")
@@ -212,6 +212,7 @@ var sections = []section{
 	{"batch", (*bench).batch},
 	{"renew", (*bench).renew},
 	{"memory", (*bench).memory},
+	{"wakeup", (*bench).wakeup},
 }
 
 func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) error {

@@ -213,8 +213,9 @@ type History struct {
 	Skew  int64 `json:"skew,omitempty"`
 	// Leaderless are the spans, [from, to] in Unix ns, from the kill of
 	// the manager replica that led the expiry controller until another
-	// replica took the lead: nothing removes the finalizers of a permit
-	// deleted with foreground or orphan propagation meanwhile.
+	// replica took the lead, and while a replica (perhaps the leader) was
+	// cut off from kube-apiserver: nothing removes the finalizers of a
+	// permit deleted with foreground or orphan propagation meanwhile.
 	Leaderless [][2]int64 `json:"leaderless,omitempty"`
 	Ops        []Op       `json:"ops"`
 	Permits    []Event    `json:"permits"` // the lock's one permit, in commit order

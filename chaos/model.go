@@ -141,7 +141,10 @@ func (b bounds) step(s lease, op Op) []interface{} {
 	case KindRevoke + "/" + Released:
 		return ok(!s.Free && s.Owner == op.Owner && tokenIs(op.Token), lease{Free: true, Token: op.Token, TokenExact: true})
 	case KindRevoke + "/" + Lost:
-		return ok(s.Free || s.Owner != op.Owner || !s.TokenExact || s.Token != op.Token, s)
+		// Its version was gone: replaced, released, or (once the lease had
+		// ended) deleted by the expiry controller, which the model does
+		// not see.
+		return ok(s.Free || s.Owner != op.Owner || !s.TokenExact || s.Token != op.Token || mayHaveEnded(op.Return), s)
 	case KindRevoke + "/" + Unknown:
 		if !s.Free && s.Owner == op.Owner && tokenIs(op.Token) {
 			return []interface{}{s, lease{Free: true, Token: op.Token, TokenExact: true}}

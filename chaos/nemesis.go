@@ -102,8 +102,14 @@ func (n *nemesis) inject(f string) error {
 		}
 		return nil
 	case FaultCutReplica:
+		// The replica cut off may lead the expiry controller: while it is
+		// cut off nothing finishes a foreground delete, as after a kill of
+		// the leader (History.Leaderless).
 		r := c.replicas[n.rand.IntN(len(c.replicas))]
-		return n.cut(r.api, 0)
+		from := time.Now().UnixNano()
+		err := n.cut(r.api, 0)
+		c.rec.leaderless(from, time.Now().UnixNano())
+		return err
 	case FaultCutWebhook:
 		return n.cut(c.webhooks, n.rand.IntN(len(c.replicas)))
 	case FaultCutClient:

@@ -434,3 +434,21 @@ func TestTheSemaphoreChecks(t *testing.T) {
 		AcquireTime: at(505), RenewTime: at(505), ExpireTime: at(2505)})
 	mustFind(t, Check(early, 10*time.Second), "semaphore slot 1: handover: s4 took over")
 }
+
+func TestAReleaseAnsweredLostMayHaveFreedTheLease(t *testing.T) {
+	// a's release reached a replica 400 ms ahead just before its lease
+	// ended: it deleted the permit and answered lost; b then acquired,
+	// stamped by a replica behind, before a's expireTime.
+	ops := []Op{
+		{Client: 0, Kind: KindAcquire, Owner: "a", TTL: 2, Call: at(0), Return: at(10), Outcome: Acquired, NewToken: 100, ExpiresAt: at(2000)},
+		{Client: 0, Kind: KindRelease, Owner: "a", Token: 100, Call: at(1650), Return: at(1700), Outcome: Lost},
+		{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(1710), Return: at(1750), Outcome: Acquired, NewToken: 102, ExpiresAt: at(3320)},
+	}
+	if res, _ := checkLinearizable(ops, bounds{grace: int64(time.Second), skew: int64(400 * time.Millisecond)}, 10*time.Second); res != "Ok" {
+		t.Fatalf("result %v", res)
+	}
+	// Without the skew the release could not have found the lease ended.
+	if res, _ := checkLinearizable(ops, bounds{grace: int64(time.Second)}, 10*time.Second); res != "Illegal" {
+		t.Fatalf("without skew: %v", res)
+	}
+}

@@ -120,7 +120,15 @@ func (b bounds) step(s lease, op Op) []interface{} {
 		now := op.ExpiresAt - ttl
 		valid := holds && tokenAtMost(op.Token) && op.NewToken > s.Token && mayBeLive(now)
 		return ok(valid, exactLease(op.Owner, op.NewToken, op.ExpiresAt))
-	case KindRenew + "/" + Lost, KindRelease + "/" + Lost:
+	case KindRenew + "/" + Lost:
+		return ok(!holds || (s.TokenExact && op.Token > s.Token) || mayHaveEnded(op.Return), s)
+	case KindRelease + "/" + Lost:
+		// A release of a lease whose end has passed by the answering
+		// replica's clock deletes it all the same and answers lost: the
+		// lease may be left as it was, or freed.
+		if holds && tokenAtMost(op.Token) && mayHaveEnded(op.Return) {
+			return []interface{}{s, lease{Free: true, Token: s.Token, TokenExact: s.TokenExact}}
+		}
 		return ok(!holds || (s.TokenExact && op.Token > s.Token) || mayHaveEnded(op.Return), s)
 	case KindRenew + "/" + Unknown:
 		if holds && !hadEnded(op.Call) {

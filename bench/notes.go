@@ -38,8 +38,9 @@ const notes = `
 
 CPU profiles of the 8-client rows and of the 1000-permit renew step
 (` + "`go run ./bench -profile DIR`" + ` writes them; read them with
-` + "`go tool pprof -top`" + `), from the run of 2026-12-03 09:20 UTC, the
-quietest of the day (load average 6.5 at its start). Figures are CPU
+` + "`go tool pprof -top`" + `), from a run of 2026-12-03 09:20 UTC (load
+average 6.5 at its start; the run above has its own profiles, not
+summarised here). Figures are CPU
 milliseconds per cycle or per renew.
 
 - **kube-apiserver, per cycle:** Lease 2.4, CRD copy 4.6, route 5.7 (from

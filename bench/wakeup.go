@@ -77,6 +77,12 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 	var out []time.Duration
 	var firstErr error
 	done := 0
+	fail := func(err error) {
+		mu.Lock()
+		firstErr = err
+		mu.Unlock()
+		cancel()
+	}
 	var wg sync.WaitGroup
 	for w := range waiters {
 		wg.Go(func() {
@@ -85,10 +91,7 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 				a, at, err := waitFor(ctx, t, lock, owner, limit, wake)
 				if err != nil {
 					if ctx.Err() == nil {
-						mu.Lock()
-						firstErr = err
-						mu.Unlock()
-						cancel()
+						fail(err)
 					}
 					return
 				}
@@ -104,10 +107,7 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 				mu.Unlock()
 				time.Sleep(20 * time.Millisecond) // the work
 				if _, err := t.Release(context.Background(), lock, a.Slot, a.Token, owner); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					cancel()
+					fail(err)
 					return
 				}
 				mu.Lock()

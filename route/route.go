@@ -426,10 +426,11 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 			// is what it would otherwise keep doing for nobody).
 			bound := s.cfg.OpTimeout + time.Duration(op.WaitSeconds)*time.Second
 			octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
-			octx = context.WithValue(octx, callerContext{}, ctx)
 			defer cancel()
+			gone, cancelGone := context.WithTimeout(ctx, bound)
+			defer cancelGone()
 			start := s.cfg.Clock.Now()
-			results[i], errs[i] = s.do(octx, caller, ns, i, op)
+			results[i], errs[i] = s.do(octx, gone, caller, ns, i, op)
 			outcome := results[i].Outcome()
 			if errs[i] != nil {
 				outcome = "error"
@@ -475,15 +476,11 @@ func (s *Server) giveBack(ctx context.Context, caller Caller, ns string, ops []O
 	}
 }
 
-// callerContext keys the context of the caller's request, which ends when
-// the caller goes away, in the context an operation runs with, which does
-// not.
-type callerContext struct{}
-
 // do carries out one operation with the manager's identity. A permit the
 // caller acquires records the caller's pod, when its token is bound to one,
-// so that the permit is freed as soon as that pod is gone.
-func (s *Server) do(ctx context.Context, caller Caller, ns string, i int, op Operation) (wire.Result, error) {
+// so that the permit is freed as soon as that pod is gone. ctx does not end
+// when the caller goes away; gone does, and only a waiting acquire uses it.
+func (s *Server) do(ctx, gone context.Context, caller Caller, ns string, i int, op Operation) (wire.Result, error) {
 	lc := s.self
 	res := wire.Result{Index: i, Op: op.Op, Name: op.Name}
 	switch op.Op {
@@ -493,16 +490,12 @@ func (s *Server) do(ctx context.Context, caller Caller, ns string, i int, op Ope
 			owner = locks.MintOwner("route-")
 		}
 		opts := []locks.AcquireOption{locks.HolderPod(caller.PodName, caller.PodUID)}
-		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
-			opts = append(opts, locks.WaitUpTo(time.Duration(op.WaitSeconds)*time.Second, s.cfg.Waker))
-		}
 		actx := ctx
 		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
-			if cctx, ok := ctx.Value(callerContext{}).(context.Context); ok {
-				var cancel context.CancelFunc
-				actx, cancel = context.WithTimeout(cctx, s.cfg.OpTimeout+time.Duration(op.WaitSeconds)*time.Second)
-				defer cancel()
-			}
+			// locks runs each try to its end itself and gives back what a
+			// try won after the caller left.
+			opts = append(opts, locks.WaitUpTo(time.Duration(op.WaitSeconds)*time.Second, s.cfg.Waker))
+			actx = gone
 		}
 		a, err := lc.Acquire(actx, ns, op.Name, owner, op.TTLSeconds, op.Limit, opts...)
 		if err != nil {

@@ -147,19 +147,24 @@ type acquireConfig struct {
 	pod   *locksv1alpha1.PodRef
 	wait  time.Duration
 	waker Waker
+	// freed is the slot a wake said had freed, tried first; -1 when none.
+	freed int
 }
 
 // Waker tells a waiting acquire when a permit of its lock may have freed.
 type Waker interface {
-	// Wait queues a waiter; false when no more may wait.
-	Wait(ns, lock string) (Waiter, bool)
+	// Wait queues a waiter for a semaphore of limit; false when no more
+	// may wait.
+	Wait(ns, lock string, limit int) (Waiter, bool)
 }
 
 // Waiter is one queued acquire.
 type Waiter interface {
-	// C is signalled when a slot may have freed.
-	C() <-chan struct{}
-	// Tried says how the try after a signal went.
+	// C is signalled when a slot may have freed, with that slot when it
+	// is known and -1 otherwise.
+	C() <-chan int
+	// Tried says how a try went: won, or lost to a holder. A try that
+	// failed otherwise is not reported.
 	Tried(won bool)
 	// Done leaves the queue.
 	Done()
@@ -200,11 +205,11 @@ type acquire struct {
 // A lock (limit 1) costs one create when it is free; only when the name
 // exists does it read that one permit, to answer already or held, or to
 // take an expired permit over. A semaphore first creates the owner's
-// preferred slot (a hash of the owner), then lists the lock's permits to
-// make sure no concurrent acquire of the same owner won another slot
-// first; see settle.
+// preferred slot (a hash of the owner; after a wake, the slot that freed),
+// then lists the lock's permits to make sure no concurrent acquire of the
+// same owner won another slot first; see settle.
 func (l *Client) Acquire(ctx context.Context, ns, lock, owner string, ttlSeconds int64, limit int, opts ...AcquireOption) (Acquired, error) {
-	a := &acquire{ns: ns, lock: lock, owner: owner, ttl: ttlSeconds, limit: limit}
+	a := &acquire{ns: ns, lock: lock, owner: owner, ttl: ttlSeconds, limit: limit, acquireConfig: acquireConfig{freed: -1}}
 	for _, o := range opts {
 		o(&a.acquireConfig)
 	}
@@ -230,7 +235,7 @@ func (l *Client) acquireOnce(ctx context.Context, a *acquire) (Acquired, error) 
 // own, and a permit won by a try the caller no longer waits for is
 // released at once.
 func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, error) {
-	w, ok := a.waker.Wait(a.ns, a.lock)
+	w, ok := a.waker.Wait(a.ns, a.lock, a.limit)
 	if !ok {
 		return l.acquireOnce(ctx, a)
 	}
@@ -243,12 +248,15 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 			return Acquired{}, err
 		}
 		got, err := l.try(ctx, a)
-		w.Tried(err == nil && got.Acquired)
-		if last || err != nil || got.Acquired || (got.Reason != ReasonHeld && got.Reason != ReasonContended) {
+		lost := err == nil && (got.Reason == ReasonHeld || got.Reason == ReasonContended)
+		if err == nil && (got.Acquired || lost) {
+			w.Tried(got.Acquired)
+		}
+		if last || !lost {
 			return got, err
 		}
 		select {
-		case <-w.C():
+		case a.freed = <-w.C():
 		case <-deadline.C:
 			last = true
 		case <-ctx.Done():
@@ -329,6 +337,10 @@ func (l *Client) won(got *locksv1alpha1.QueenLock, reason string, err error) (Ac
 
 func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, error) {
 	first := preferredSlot(a.owner, a.limit)
+	if a.freed >= 0 && a.freed < a.limit {
+		// Woken by a slot that freed: that one is the likeliest free.
+		first = a.freed
+	}
 	got, reason, err := l.create(ctx, a, first)
 	if err != nil || reason != "" {
 		return l.won(nil, reason, err)

@@ -4,8 +4,12 @@
 // server nothing while nothing changes.
 //
 // Waking does not stampede. Each free slot wakes one waiter, the one that
-// has waited longest on this replica; only if its try does not win is the
-// next one woken (its limit may not reach the slot that freed, say).
+// has waited longest on this replica. A woken waiter that loses its try to
+// somebody else does not wake the next one: the slot is taken, and another
+// try would only cost the API server a write that must fail. It passes the
+// wake on only to a waiter whose limit reaches further than its own, which
+// may find a slot it could not. A slot that frees while every waiter is
+// already trying is not forgotten: the first try to end tries again.
 // Across replicas there is no order: each wakes its own waiters.
 package wake
 
@@ -40,6 +44,9 @@ type key struct{ ns, lock string }
 type queue struct {
 	waiters []*Waiter
 	timers  map[string]*time.Timer // by permit name
+	// missed counts wakes that found every waiter trying already: a slot
+	// may have freed after those tries read the lock.
+	missed int
 }
 
 // NewHub makes a hub that lets at most max calls wait at once. lister may
@@ -50,20 +57,21 @@ func NewHub(max int, grace time.Duration, lister Lister) *Hub {
 
 // Waiter is one waiting acquire.
 type Waiter struct {
-	h   *Hub
-	k   key
-	c   chan struct{}
-	hot bool // woken, and has not yet said how its try went
+	h     *Hub
+	k     key
+	limit int
+	c     chan int // the slot that freed, or -1 when it is not known
+	hot   bool     // woken, and has not yet said how its try went
 }
 
-// C is signalled when a slot may have freed: try to acquire, then call
-// Tried.
-func (w *Waiter) C() <-chan struct{} { return w.c }
+// C is signalled when a slot may have freed, with that slot when it is
+// known (-1 otherwise): try to acquire, then call Tried.
+func (w *Waiter) C() <-chan int { return w.c }
 
-// Wait queues a waiter for lock in ns. It answers false when the replica
-// already has as many waiting calls as it allows: the caller then answers
-// at once, as without a wait.
-func (h *Hub) Wait(ns, lock string) (locks.Waiter, bool) {
+// Wait queues a waiter for lock in ns, a semaphore of limit. It answers
+// false when the replica already has as many waiting calls as it allows:
+// the caller then answers at once, as without a wait.
+func (h *Hub) Wait(ns, lock string, limit int) (locks.Waiter, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.waiting >= h.max {
@@ -77,7 +85,7 @@ func (h *Hub) Wait(ns, lock string) (locks.Waiter, bool) {
 		q = &queue{timers: map[string]*time.Timer{}}
 		h.locks[k] = q
 	}
-	w := &Waiter{h: h, k: k, c: make(chan struct{}, 1)}
+	w := &Waiter{h: h, k: k, limit: limit, c: make(chan int, 1)}
 	q.waiters = append(q.waiters, w)
 	if fresh && h.lister != nil {
 		// The lister reads a cache, never the API server, so it is cheap
@@ -90,18 +98,27 @@ func (h *Hub) Wait(ns, lock string) (locks.Waiter, bool) {
 	return w, true
 }
 
-// Tried tells the hub how the try after a wake went. A waiter that did not
-// win passes the wake on to the next waiter, and waits again.
+// Tried tells the hub how a try went: won, or lost to a holder. A try
+// that failed for another reason is not reported; the waiter's Done then
+// passes its wake on.
 func (w *Waiter) Tried(won bool) {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !w.hot {
+	q := h.locks[w.k]
+	woken := w.hot
+	w.hot = false
+	if q == nil {
 		return
 	}
-	w.hot = false
-	if !won {
-		h.wakeLocked(w.k, w)
+	if q.missed > 0 {
+		// A slot freed while this try (and every other) was in flight.
+		q.missed--
+		h.wakeLocked(w.k, -1)
+		return
+	}
+	if woken && !won {
+		h.wakeWiderLocked(w.k, w.limit)
 	}
 }
 
@@ -124,7 +141,7 @@ func (w *Waiter) Done() {
 	}
 	if w.hot {
 		w.hot = false
-		h.wakeLocked(w.k, nil)
+		h.wakeLocked(w.k, -1)
 	}
 	if len(q.waiters) == 0 {
 		for _, t := range q.timers {
@@ -135,22 +152,41 @@ func (w *Waiter) Done() {
 }
 
 // wakeLocked wakes the longest-waiting waiter of k that is not awake
-// already and is not skip.
-func (h *Hub) wakeLocked(k key, skip *Waiter) {
+// already, telling it slot. When every waiter is awake,
+// the wake is counted, for the first try to end.
+func (h *Hub) wakeLocked(k key, slot int) {
 	q := h.locks[k]
 	if q == nil {
 		return
 	}
 	for _, w := range q.waiters {
-		if w.hot || w == skip {
+		if w.hot {
 			continue
 		}
-		w.hot = true
-		select {
-		case w.c <- struct{}{}:
-		default:
-		}
+		w.signal(slot)
 		return
+	}
+	if q.missed < len(q.waiters) {
+		q.missed++
+	}
+}
+
+// wakeWiderLocked wakes the longest-waiting idle waiter of k whose limit
+// is above limit, if there is one.
+func (h *Hub) wakeWiderLocked(k key, limit int) {
+	for _, w := range h.locks[k].waiters {
+		if !w.hot && w.limit > limit {
+			w.signal(-1)
+			return
+		}
+	}
+}
+
+func (w *Waiter) signal(slot int) {
+	w.hot = true
+	select {
+	case w.c <- slot:
+	default:
 	}
 }
 
@@ -164,7 +200,7 @@ func (h *Hub) Gone(p *locksv1alpha1.QueenLock) {
 			t.Stop()
 			delete(q.timers, p.Name)
 		}
-		h.wakeLocked(k, nil)
+		h.wakeLocked(k, int(p.Spec.Slot))
 	}
 }
 
@@ -190,13 +226,13 @@ func (h *Hub) armLocked(p *locksv1alpha1.QueenLock) {
 	if t := q.timers[p.Name]; t != nil {
 		t.Stop()
 	}
-	name := p.Name
+	name, slot := p.Name, int(p.Spec.Slot)
 	q.timers[name] = time.AfterFunc(time.Until(p.Spec.ExpireTime.Add(h.grace)), func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if q := h.locks[k]; q != nil {
 			delete(q.timers, name)
-			h.wakeLocked(k, nil)
+			h.wakeLocked(k, slot)
 		}
 	})
 }

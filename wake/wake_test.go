@@ -9,7 +9,7 @@ import (
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 )
 
-func signalled(w interface{ C() <-chan struct{} }) bool {
+func signalled(w interface{ C() <-chan int }) bool {
 	select {
 	case <-w.C():
 		return true
@@ -26,31 +26,36 @@ func permitOf(lock string, expires time.Time) *locksv1alpha1.QueenLock {
 
 func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
 	h := NewHub(10, 0, nil)
-	first, _ := h.Wait("ns", "l")
-	second, _ := h.Wait("ns", "l")
-	other, _ := h.Wait("ns", "other")
+	first, _ := h.Wait("ns", "l", 1)
+	second, _ := h.Wait("ns", "l", 1)
+	other, _ := h.Wait("ns", "other", 1)
 	h.Gone(permitOf("l", time.Now()))
 	if !signalled(first) || signalled(second) || signalled(other) {
 		t.Fatal("want the first waiter of the lock woken, and no other")
 	}
-	// It did not win: the next is woken.
+	// It lost to somebody else: the slot is taken, nobody else is woken.
 	first.Tried(false)
-	if !signalled(second) || signalled(first) {
-		t.Fatal("a loss did not pass the wake on")
+	if signalled(second) || signalled(first) {
+		t.Fatal("a lost try passed the wake on")
 	}
-	// The second wins: nobody else is woken.
-	second.Tried(true)
-	second.Done()
-	if signalled(first) {
+	// The next free slot wakes the first again, the longest waiting.
+	h.Gone(permitOf("l", time.Now()))
+	if !signalled(first) || signalled(second) {
+		t.Fatal("want the first waiter woken again")
+	}
+	first.Tried(true)
+	first.Done()
+	if signalled(second) {
 		t.Fatal("a win woke another waiter")
 	}
-	// A woken waiter that leaves without trying passes its wake on.
-	third, _ := h.Wait("ns", "l")
+	// A woken waiter that leaves without saying how its try went (it
+	// failed, or the caller left) passes its wake on.
+	third, _ := h.Wait("ns", "l", 1)
 	h.Gone(permitOf("l", time.Now()))
-	if !signalled(first) {
-		t.Fatal("first not woken")
+	if !signalled(second) {
+		t.Fatal("second not woken")
 	}
-	first.Done()
+	second.Done()
 	if !signalled(third) {
 		t.Fatal("an unused wake was lost")
 	}
@@ -61,13 +66,62 @@ func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
 	}
 }
 
+func TestASlotFreedWhileEveryWaiterTriesIsNotLost(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	w, _ := h.Wait("ns", "l", 1)
+	h.Gone(permitOf("l", time.Now()))
+	if !signalled(w) {
+		t.Fatal("not woken")
+	}
+	// While its try is in flight, another permit goes: nobody is idle.
+	h.Gone(permitOf("l", time.Now()))
+	w.Tried(false)
+	if !signalled(w) {
+		t.Fatal("the wake that came during the try was lost")
+	}
+	w.Tried(false)
+	if signalled(w) {
+		t.Fatal("one missed wake woke twice")
+	}
+	w.Done()
+}
+
+func TestALostTryWakesOnlyAWiderWaiter(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	narrow, _ := h.Wait("ns", "s", 2)
+	same, _ := h.Wait("ns", "s", 2)
+	wide, _ := h.Wait("ns", "s", 4)
+	h.Gone(permitOf("s", time.Now()))
+	if !signalled(narrow) {
+		t.Fatal("the longest waiter not woken")
+	}
+	// Slots 0 and 1 are held; the freed slot may be beyond its limit.
+	narrow.Tried(false)
+	if signalled(same) || !signalled(wide) {
+		t.Fatal("want the wake passed to the waiter of a larger limit only")
+	}
+	wide.Tried(false)
+	if signalled(same) || signalled(narrow) {
+		t.Fatal("a lost try of the widest waiter woke somebody")
+	}
+	// A lost first try, not woken by anything, wakes nobody.
+	late, _ := h.Wait("ns", "s", 1)
+	late.Tried(false)
+	if signalled(wide) || signalled(same) {
+		t.Fatal("a first try woke somebody")
+	}
+	for _, w := range []interface{ Done() }{narrow, same, wide, late} {
+		w.Done()
+	}
+}
+
 func TestCapAndExpiryTimer(t *testing.T) {
 	h := NewHub(1, 10*time.Millisecond, nil)
-	w, ok := h.Wait("ns", "l")
+	w, ok := h.Wait("ns", "l", 1)
 	if !ok {
 		t.Fatal("refused under the cap")
 	}
-	if _, ok := h.Wait("ns", "l"); ok {
+	if _, ok := h.Wait("ns", "l", 1); ok {
 		t.Fatal("admitted past the cap")
 	}
 	h.Seen(permitOf("l", time.Now().Add(20*time.Millisecond)))
@@ -75,6 +129,23 @@ func TestCapAndExpiryTimer(t *testing.T) {
 	case <-w.C():
 	case <-time.After(10 * time.Second):
 		t.Fatal("not woken at expireTime plus the grace")
+	}
+	w.Done()
+}
+
+func TestAWakeNamesTheSlotThatFreed(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	w, _ := h.Wait("ns", "s", 4)
+	p := permitOf("s", time.Now())
+	p.Spec.Slot = 2
+	h.Gone(p)
+	select {
+	case slot := <-w.C():
+		if slot != 2 {
+			t.Fatalf("woken with slot %d, want 2", slot)
+		}
+	default:
+		t.Fatal("not woken")
 	}
 	w.Done()
 }

@@ -43,6 +43,14 @@ const (
 	DefaultReviewTTL = 5 * time.Second
 )
 
+// refusalTTL is how long a refusal (a token not accepted, a right not
+// granted) is remembered. It is short because a kube-apiserver that has just
+// restarted can refuse for a moment what it grants once its caches have
+// filled; a caller refused then is let in again within this time, while a
+// caller that keeps being refused still costs at most one review per right
+// per refusalTTL.
+const refusalTTL = time.Second
+
 // Caller is who sent a call. With AuthToken it is what the TokenReview of
 // the caller's token said; with AuthNone it is empty.
 type Caller struct {
@@ -118,7 +126,7 @@ func newReviews(cs kubernetes.Interface, audiences []string, ttl, timeout time.D
 	az, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: cs.AuthorizationV1(),
 		AllowCacheTTL:             ttl,
-		DenyCacheTTL:              ttl,
+		DenyCacheTTL:              min(ttl, refusalTTL),
 		WebhookRetryBackoff:       &backoff,
 	}.New()
 	if err != nil {
@@ -128,7 +136,7 @@ func newReviews(cs kubernetes.Interface, audiences []string, ttl, timeout time.D
 		audiences: audiences,
 		// bearertoken takes the scheme in any case and removes the header
 		// once the token is verified, so nothing later can forward it.
-		authn: bearertoken.New(tokencache.New(tr, false, ttl, ttl)),
+		authn: bearertoken.New(tokencache.New(tr, false, ttl, min(ttl, refusalTTL))),
 		authz: az,
 	}, nil
 }

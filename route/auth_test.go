@@ -349,6 +349,24 @@ func TestRevocationTakesEffectWithinTheCacheTTL(t *testing.T) {
 	})
 }
 
+// A refusal is remembered only briefly: a right granted after a caller was
+// refused (or that a restarting API server denied for a moment) counts
+// well before an allowed answer would have been refreshed.
+func TestARefusalIsForgottenQuickly(t *testing.T) {
+	installRoles(t)
+	ns := namespace(t)
+	tok := serviceAccount(t, ns, "late", "")
+	get := body("", `{"op":"get","name":"r"}`)
+	if code, out := call(t, tokenURL, tok, get); code != http.StatusForbidden {
+		t.Fatalf("before the RoleBinding: %d %v", code, out)
+	}
+	bind(t, ns, "late", "ClusterRole", "queen-locks-holder")
+	start := time.Now()
+	// Under the default review TTL (5 s), which an allowed answer keeps.
+	awaitCode(t, tokenURL, tok, get, http.StatusOK, route.DefaultReviewTTL-time.Second)
+	t.Logf("allowed %s after the RoleBinding was made", time.Since(start).Round(time.Millisecond))
+}
+
 // awaitCode calls until the route answers code, failing after bound.
 func awaitCode(t *testing.T, url, tok, body string, code int, bound time.Duration) {
 	t.Helper()

@@ -110,7 +110,7 @@ func (c *Client) acquire(ctx context.Context, owner string, stop <-chan struct{}
 // acquireOp is acquire on lock ("" is c.Lock), answering the winning op.
 func (c *Client) acquireOp(ctx context.Context, lock, owner string, stop <-chan struct{}) (Op, bool) {
 	for {
-		op := c.call(ctx, Op{Lock: lock, Kind: KindAcquire, Owner: owner, TTL: c.TTL})
+		op := c.call(ctx, Op{Lock: lock, Kind: KindAcquire, Owner: owner, TTL: c.TTL, Wait: c.wait()})
 		switch op.Outcome {
 		case Acquired, Already:
 			return op, true
@@ -124,6 +124,16 @@ func (c *Client) acquireOp(ctx context.Context, lock, owner string, stop <-chan 
 			return op, false
 		}
 	}
+}
+
+// wait is the waitSeconds of an acquire: half the time none (answer at
+// once), else 1 to 3 s, so that the history holds waiters woken by a
+// release, an expiry or a revoke, and waits that time out.
+func (c *Client) wait() int64 {
+	if c.Rand.IntN(2) == 0 {
+		return 0
+	}
+	return 1 + c.Rand.Int64N(3)
 }
 
 func (c *Client) pause(minMS, maxMS int) {
@@ -165,7 +175,15 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 	}
 	switch op.Kind {
 	case KindAcquire:
-		a, err := c.Route.Acquire(ctx, lock, op.Owner, op.TTL, max(op.Limit, 1))
+		var a locks.Acquired
+		var err error
+		if wt, ok := c.Route.(interface {
+			AcquireWaiting(context.Context, string, string, int64, int, time.Duration) (locks.Acquired, bool, error)
+		}); ok && op.Wait > 0 {
+			a, _, err = wt.AcquireWaiting(ctx, lock, op.Owner, op.TTL, max(op.Limit, 1), time.Duration(op.Wait)*time.Second)
+		} else {
+			a, err = c.Route.Acquire(ctx, lock, op.Owner, op.TTL, max(op.Limit, 1))
+		}
 		switch {
 		case err != nil:
 			return err
@@ -470,7 +488,7 @@ func (c *Client) runSemaphore(ctx context.Context, stop <-chan struct{}, stopped
 		owner := fmt.Sprintf("s%d.%d", c.ID, c.cycle)
 		var acq Op
 		for {
-			acq = c.call(ctx, Op{Lock: Semaphore, Limit: SemaphoreLimit, Kind: KindAcquire, Owner: owner, TTL: c.TTL})
+			acq = c.call(ctx, Op{Lock: Semaphore, Limit: SemaphoreLimit, Kind: KindAcquire, Owner: owner, TTL: c.TTL, Wait: c.wait()})
 			if acq.Outcome != Unknown && acq.Outcome != Failed {
 				break
 			}

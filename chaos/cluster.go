@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -40,6 +41,10 @@ type cluster struct {
 	// tokenFile holds the clients' ServiceAccount token for the route,
 	// with --auth=token; empty with --auth=none.
 	tokenFile string
+	// podTokens are the holder clients' tokens, each bound to the client's
+	// pod, with --auth=token (see pods.go).
+	podTokens []string
+	podUIDs   []types.UID // the UID of each holder client's pod now
 	// webhooks is where the API server calls the webhooks (the address
 	// envtest configured): it spreads the calls over the replicas.
 	webhooks *proxy
@@ -89,6 +94,9 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Auth == route.AuthToken {
 		if err := c.requestToken(ctx); err != nil {
+			return err
+		}
+		if err := c.startPods(ctx, cfg.Clients); err != nil {
 			return err
 		}
 	}
@@ -327,10 +335,14 @@ func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*
 		if err != nil {
 			return nil, nil, err
 		}
+		tokenFile := c.tokenFile
+		if i < len(c.podTokens) {
+			tokenFile = c.podTokens[i]
+		}
 		p := &proc{name: fmt.Sprintf("client %d (%s)", i, role), env: os.Environ(), log: errLog, stdin: inR, stdout: outW, args: []string{cfg.Self, "client",
 			"-id", strconv.Itoa(i), "-route", c.routeURL(i), "-namespace", Namespace, "-lock", Lock, "-object", Object,
 			"-ttl", strconv.FormatInt(cfg.TTL, 10), "-seed", strconv.FormatUint(cfg.Seed+uint64(i)+1, 10), "-kubeconfig", c.kubeconfig,
-			"-role", role, "-other-lock", OtherLock, "-user", ClientUser, "-token-file", c.tokenFile}}
+			"-role", role, "-other-lock", OtherLock, "-user", ClientUser, "-token-file", tokenFile}}
 		if err := p.start(); err != nil {
 			return nil, nil, err
 		}
@@ -401,47 +413,4 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// LeaseName is the manager's leader election Lease, in Namespace.
-const LeaseName = "queen-locks-expiry.locks.queen.dev"
-
-// leader reads the leader election Lease: its holder and last renew.
-func (c *cluster) leader(ctx context.Context) leaseState {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	l, err := c.cs.CoordinationV1().Leases(Namespace).Get(ctx, LeaseName, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return leaseState{}
-	}
-	st := leaseState{holder: *l.Spec.HolderIdentity}
-	if l.Spec.RenewTime != nil {
-		st.renewed = l.Spec.RenewTime.UnixNano()
-	}
-	return st
-}
-
-type leaseState struct {
-	holder  string
-	renewed int64
-}
-
-// watchLead records a span without a leader after a replica was killed at
-// killed, when it held the lead (lead): until another holder has the
-// Lease. When the Lease is renewed by the same holder after the kill, the
-// killed replica was not the leader, and nothing is recorded.
-func (c *cluster) watchLead(lead leaseState, killed int64) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		st := c.leader(context.Background())
-		switch {
-		case st.holder != "" && st.holder != lead.holder:
-			c.rec.leaderless(killed, time.Now().UnixNano())
-			return
-		case st.holder == lead.holder && st.renewed > killed+int64(time.Second):
-			return // the killed replica did not lead
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	c.rec.leaderless(killed, time.Now().UnixNano())
 }

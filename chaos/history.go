@@ -51,6 +51,10 @@ const (
 	// RoleRevoker deletes the lock's permit with foreground or orphan
 	// propagation, as kubectl delete --cascade=foreground|orphan does.
 	RoleRevoker = "revoker"
+	// RolePodGone is no client: Check makes a revoke of this role for each
+	// delete of a permit whose holder pod the nemesis had deleted (the
+	// expiry controller's doing, or a release that raced it).
+	RolePodGone = "pod-gone"
 )
 
 // Roles lists the misbehaving roles, one client process each, after the
@@ -90,6 +94,7 @@ type Op struct {
 	Token   uint64 `json:"token,omitempty"` // the token sent (renew, release, write)
 	TTL     int64  `json:"ttl,omitempty"`   // seconds (acquire, renew)
 	Limit   int    `json:"limit,omitempty"` // acquire of the semaphore
+	Wait    int64  `json:"wait,omitempty"`  // acquire: waitSeconds sent
 	Slot    int    `json:"slot,omitempty"`  // the slot sent (renew, release) or answered (acquire)
 	Holders int    `json:"holders,omitempty"`
 	Call    int64  `json:"call"`
@@ -132,6 +137,9 @@ func (o Op) String() string {
 	}
 	if o.Token != 0 {
 		s += fmt.Sprintf(" token=%d", o.Token)
+	}
+	if o.Wait != 0 {
+		s += fmt.Sprintf(" wait=%ds", o.Wait)
 	}
 	s += " -> " + o.Outcome
 	if o.NewToken != 0 {
@@ -179,6 +187,7 @@ type Event struct {
 	AcquireTime int64  `json:"acquireTime,omitempty"`
 	RenewTime   int64  `json:"renewTime,omitempty"`
 	ExpireTime  int64  `json:"expireTime,omitempty"`
+	HolderPod   string `json:"holderPod,omitempty"` // the UID of spec.holderPod
 
 	// ConfigMap fields: what the writer put in, and the record the webhook
 	// kept: the lock and slot of the fence, its token, and the deletable
@@ -211,14 +220,10 @@ type History struct {
 	// the checks allow what they allow, and no more.
 	Grace int64 `json:"grace,omitempty"`
 	Skew  int64 `json:"skew,omitempty"`
-	// Leaderless are the spans, [from, to] in Unix ns, from the kill of
-	// the manager replica that led the expiry controller until another
-	// replica took the lead, and while a replica (perhaps the leader) was
-	// cut off from kube-apiserver: nothing removes the finalizers of a
-	// permit deleted with foreground or orphan propagation meanwhile.
-	Leaderless [][2]int64 `json:"leaderless,omitempty"`
-	Ops        []Op       `json:"ops"`
-	Permits    []Event    `json:"permits"` // the lock's one permit, in commit order
+	// PodsGone are the holder clients' pods the nemesis deleted.
+	PodsGone []PodGone `json:"podsGone,omitempty"`
+	Ops      []Op      `json:"ops"`
+	Permits  []Event   `json:"permits"` // the lock's one permit, in commit order
 	// SemPermits are the semaphore's permits, every slot, in commit order.
 	SemPermits []Event `json:"semPermits,omitempty"`
 	Objects    []Event `json:"objects"` // the guarded ConfigMap, in commit order
@@ -229,4 +234,11 @@ func stamp(ns int64) string {
 		return "-"
 	}
 	return time.Unix(0, ns).UTC().Format("15:04:05.000000")
+}
+
+// PodGone is a holder client's pod deleted by the nemesis.
+type PodGone struct {
+	Client int    `json:"client"`
+	UID    string `json:"uid"`
+	Call   int64  `json:"call"` // when the delete was sent
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -30,10 +31,14 @@ const (
 	// FaultCutWebhook cuts kube-apiserver off from one replica's webhooks,
 	// for 1 to 4 s: the calls sent there hang, then fail.
 	FaultCutWebhook = "cut webhook from kube-apiserver"
+	// FaultPod deletes the pod of the client that holds the lock (of any
+	// holder client otherwise) and starts it again under the same name,
+	// with --auth=token: the permit that names the pod is freed at once.
+	FaultPod = "delete holder's pod"
 )
 
 // Faults lists every kind, in the order a run takes them.
-var Faults = []string{FaultManager, FaultClient, FaultAPIServer, FaultEtcd, FaultSkew, FaultCutReplica, FaultCutClient, FaultCutWebhook}
+var Faults = []string{FaultManager, FaultClient, FaultAPIServer, FaultEtcd, FaultSkew, FaultCutReplica, FaultCutClient, FaultCutWebhook, FaultPod}
 
 // nemesis injects one fault after another, a random pause apart, until ctx
 // ends; each fault is undone (restart, SIGCONT) and the system is back up
@@ -62,10 +67,14 @@ func (n *nemesis) run(ctx context.Context) error {
 		}
 		f := n.faults[i%len(n.faults)]
 		n.logf("fault: %s", f)
-		if err := n.inject(f); err != nil {
+		switch err := n.inject(f); {
+		case errors.Is(err, errNotApplicable):
+			n.logf("  skipped: %v", err)
+		case err != nil:
 			return fmt.Errorf("%s: %w", f, err)
+		default:
+			n.counts[f]++
 		}
-		n.counts[f]++
 	}
 }
 
@@ -74,13 +83,7 @@ func (n *nemesis) inject(f string) error {
 	switch f {
 	case FaultManager:
 		r := c.replicas[n.rand.IntN(len(c.replicas))]
-		lead := c.leader(context.Background())
-		killed := time.Now().UnixNano()
-		if err := n.restart(r.p, func() error { return c.startReplica(r) }); err != nil {
-			return err
-		}
-		go c.watchLead(lead, killed)
-		return nil
+		return n.restart(r.p, func() error { return c.startReplica(r) })
 	case FaultSkew:
 		// Often one ahead and one behind, the pair the grace must cover.
 		sign := int64(1)
@@ -102,14 +105,9 @@ func (n *nemesis) inject(f string) error {
 		}
 		return nil
 	case FaultCutReplica:
-		// The replica cut off may lead the expiry controller: while it is
-		// cut off nothing finishes a foreground delete, as after a kill of
-		// the leader (History.Leaderless).
+		// The other replica finishes foreground deletes meanwhile.
 		r := c.replicas[n.rand.IntN(len(c.replicas))]
-		from := time.Now().UnixNano()
-		err := n.cut(r.api, 0)
-		c.rec.leaderless(from, time.Now().UnixNano())
-		return err
+		return n.cut(r.api, 0)
 	case FaultCutWebhook:
 		return n.cut(c.webhooks, n.rand.IntN(len(c.replicas)))
 	case FaultCutClient:
@@ -122,6 +120,20 @@ func (n *nemesis) inject(f string) error {
 			}
 		}
 		return n.cut(c.routes[i], -1)
+	case FaultPod:
+		if len(c.podTokens) == 0 {
+			return fmt.Errorf("the clients run in pods only with --auth=token: %w", errNotApplicable)
+		}
+		id := n.rand.IntN(len(c.podTokens))
+		if owner, _ := c.rec.holder(); owner != "" {
+			if h, ok := clientOf(owner); ok && h < len(c.podTokens) {
+				id = h
+			}
+		}
+		n.logf("  pod %s", podName(id))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return c.deletePod(ctx, id)
 	case FaultAPIServer:
 		return n.restart(c.apiserver, func() error { return c.startReady(c.apiserver) })
 	case FaultEtcd:

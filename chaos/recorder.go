@@ -31,10 +31,10 @@ type recorder struct {
 	permits []Event
 	sem     []Event // the semaphore's permits
 	objects []Event
+	pods    []PodGone // holder pods the nemesis deleted
 	err     error
-	lead    [][2]int64 // spans without a leader (History.Leaderless)
-	owner   string     // the permit's current owner, "" when free
-	expires int64      // and when its lease ends
+	owner   string // the permit's current owner, "" when free
+	expires int64  // and when its lease ends
 }
 
 func (r *recorder) run(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, permitName, object string, from uint64) {
@@ -130,6 +130,9 @@ func permitEventOf(t watch.EventType, p *locksv1alpha1.QueenLock, v uint64, seen
 	if p.Spec.ExpireTime != nil {
 		e.ExpireTime = p.Spec.ExpireTime.UnixNano()
 	}
+	if p.Spec.HolderPod != nil {
+		e.HolderPod = p.Spec.HolderPod.UID
+	}
 	return e
 }
 
@@ -163,6 +166,12 @@ func (r *recorder) objectEvent(t watch.EventType, o runtime.Object, v uint64, se
 	r.objects = append(r.objects, e)
 }
 
+func (r *recorder) podGone(p PodGone) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pods = append(r.pods, p)
+}
+
 func (r *recorder) fail(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -190,10 +199,4 @@ func (r *recorder) seen(permitVersion, objectVersion uint64) bool {
 		return evs[len(evs)-1].Version
 	}
 	return last(r.permits) >= permitVersion && last(r.objects) >= objectVersion
-}
-
-func (r *recorder) leaderless(from, to int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lead = append(r.lead, [2]int64{from, to})
 }

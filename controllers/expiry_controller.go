@@ -1,6 +1,7 @@
-// Package controllers holds the expiry controller: it deletes each permit
-// once its lifetime has ended, so that a holder that died frees its slot,
-// and lets a deleted permit go at once, whatever finalizers it carries.
+// Package controllers holds the expiry controller, which deletes each
+// permit once its lifetime has ended (or its holder's pod is gone), so that
+// a holder that died frees its slot, and the deletion controller, which lets
+// a deleted permit go at once, whatever finalizers it carries.
 package controllers
 
 import (
@@ -77,7 +78,7 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		if r.Pods != nil {
 			r.Pods.Untrack(req.NamespacedName)
 		}
-		return ctrl.Result{}, r.finishDelete(ctx, &p)
+		return ctrl.Result{}, nil // Deletion lets it go, on every replica
 	}
 	if r.Pods != nil {
 		if st := r.Pods.Track(ctx, &p); st.Gone {
@@ -108,29 +109,6 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 			p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, permit.FormatTime(p.Spec.ExpireTime.Time))
 	}
 	return ctrl.Result{}, nil
-}
-
-// finishDelete removes every finalizer from a permit that is being deleted.
-// A foreground or orphan delete makes the API server add one, and a user
-// may have added others; until they are gone the permit's name stays
-// taken, and with it the slot, though the permit was released. A permit
-// owns nothing, so there is nothing for them to wait for. The patch is
-// conditional on the version read, so it never races another writer.
-func (r *Expiry) finishDelete(ctx context.Context, p *locksv1alpha1.QueenLock) error {
-	if len(p.Finalizers) == 0 {
-		return nil
-	}
-	before := p.DeepCopy()
-	p.Finalizers = nil
-	err := r.Client.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	switch {
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return nil // gone, or changed: the watch brings the next version
-	case err != nil:
-		return fmt.Errorf("removing the finalizers %v of permit %s/%s being deleted: %w", before.Finalizers, p.Namespace, p.Name, err)
-	}
-	logf.FromContext(ctx).Info("removed the finalizers of a deleted permit", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "finalizers", before.Finalizers)
-	return nil
 }
 
 // free deletes a permit whose holder pod is gone, conditional on the

@@ -135,6 +135,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		if err := expiry.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the expiry controller: %w", err)
 		}
+		if err := (&controllers.Deletion{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the deletion controller: %w", err)
+		}
 	}
 	if err := (&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the permit webhook: %w", err)

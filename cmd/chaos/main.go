@@ -208,17 +208,16 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 		row("misbehaving "+k, r.Misbehaving[k])
 	}
 	row("calls the route refused with 401 or 403 (token and rights good)", r.Denied)
+	row("acquires that waited (waitSeconds)", r.Waiting)
+	row("  of them acquired after waiting", r.WaitWon)
 	row("semaphore permit versions recorded", r.SemVersions)
 	row("most semaphore holders at once (limit 3)", r.MostHolders)
 	row("renewals", r.Renewals)
-	for _, k := range []string{"release", "expiry", "takeover"} {
+	for _, k := range []string{"release", "expiry", "takeover", "pod-gone"} {
 		row("handovers by "+k, r.Handovers[k])
 	}
 	row("  of them after a foreground or orphan delete", r.Handovers["deleting"])
 	fmt.Fprintf(w, "| longest wait from a lease's end to the next acquire, clients refused meanwhile | %s |\n", time.Duration(r.LongestWait).Round(time.Millisecond))
-	row("acquires refused past TTL + grace while no replica led (excused)", r.Excused)
-	fmt.Fprintf(w, "| longest such wait | %s |\n", time.Duration(r.LongestExcused).Round(time.Millisecond))
-	fmt.Fprintf(w, "| spans without a leader after a kill | %d |\n", len(res.History.Leaderless))
 	for _, f := range append(chaos.Faults, "manager exited by itself") {
 		row("fault: "+f, res.Faults[f])
 	}

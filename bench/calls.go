@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/route"
 )
 
@@ -42,6 +44,28 @@ type callRow struct {
 type callStep struct {
 	op string
 	do func(ctx context.Context, i int) error
+	// together runs the n operations at once rather than one after
+	// another: for the waits, which would otherwise take n times as long.
+	together bool
+}
+
+// waitedFor is how long the waiting rows wait on a held lock.
+const waitedFor = 2 * time.Second
+
+// pollHeld polls a held lock for d as the handles did before waitSeconds
+// (100 ms doubling to 1 s), and fails if it is ever acquired.
+func pollHeld(ctx context.Context, t handle.Transport, lock string, d time.Duration) error {
+	end := time.Now().Add(d)
+	for poll := 100 * time.Millisecond; ; poll = min(poll*2, time.Second) {
+		a, err := t.Acquire(ctx, lock, "b", 30, 1)
+		if err != nil || a.Acquired {
+			return unexpected("held", a, err)
+		}
+		if time.Until(end) <= 0 {
+			return nil
+		}
+		time.Sleep(min(poll, time.Until(end)))
+	}
 }
 
 // countCalls does n operations of each kind through each path, one after
@@ -56,7 +80,7 @@ func countCalls(ctx context.Context, cs kubernetes.Interface, paths []callPath, 
 		tokens := make([]uint64, n)
 		semSlots, semTokens := make([]int, n), make([]uint64, n)
 		steps := []callStep{
-			{"acquire, free lock", func(ctx context.Context, i int) error {
+			{op: "acquire, free lock", do: func(ctx context.Context, i int) error {
 				a, err := t.Acquire(ctx, lock(i), "a", 30, 1)
 				if err != nil || !a.Acquired || a.Already {
 					return unexpected("acquired", a, err)
@@ -64,7 +88,7 @@ func countCalls(ctx context.Context, cs kubernetes.Interface, paths []callPath, 
 				tokens[i] = a.Token
 				return nil
 			}},
-			{"renew", func(ctx context.Context, i int) error {
+			{op: "renew", do: func(ctx context.Context, i int) error {
 				r, err := t.Renew(ctx, lock(i), 0, tokens[i], "a", 30)
 				if err != nil || !r.Renewed {
 					return unexpected("renewed", r, err)
@@ -72,42 +96,61 @@ func countCalls(ctx context.Context, cs kubernetes.Interface, paths []callPath, 
 				tokens[i] = r.Token
 				return nil
 			}},
-			{"acquire, held by another owner", func(ctx context.Context, i int) error {
+			{op: "acquire, held by another owner", do: func(ctx context.Context, i int) error {
 				a, err := t.Acquire(ctx, lock(i), "b", 30, 1)
 				if err != nil || a.Acquired || a.Reason != "held" {
 					return unexpected("held", a, err)
 				}
 				return nil
 			}},
-			{"acquire, already held by the same owner", func(ctx context.Context, i int) error {
+			{op: "acquire, already held by the same owner", do: func(ctx context.Context, i int) error {
 				a, err := t.Acquire(ctx, lock(i), "a", 30, 1)
 				if err != nil || !a.Already || a.Token != tokens[i] {
 					return unexpected("already", a, err)
 				}
 				return nil
 			}},
-			{"get", func(ctx context.Context, i int) error {
+			{op: waitingRow, together: true, do: func(ctx context.Context, i int) error {
+				wt, ok := t.(interface {
+					AcquireWaiting(context.Context, string, string, int64, int, time.Duration) (locks.Acquired, bool, error)
+				})
+				if !ok {
+					return fmt.Errorf("the transport cannot wait")
+				}
+				a, waited, err := wt.AcquireWaiting(ctx, lock(i), "b", 30, 1, waitedFor)
+				if err == nil && !waited {
+					return fmt.Errorf("the transport cannot wait")
+				}
+				if err != nil || a.Acquired || a.Reason != "held" {
+					return unexpected("held", a, err)
+				}
+				return nil
+			}},
+			{op: pollingRow, together: true, do: func(ctx context.Context, i int) error {
+				return pollHeld(ctx, t, lock(i), waitedFor)
+			}},
+			{op: "get", do: func(ctx context.Context, i int) error {
 				hs, err := t.Get(ctx, lock(i))
 				if err != nil || len(hs) != 1 {
 					return unexpected("one holder", hs, err)
 				}
 				return nil
 			}},
-			{"check", func(ctx context.Context, i int) error {
+			{op: "check", do: func(ctx context.Context, i int) error {
 				ok, err := t.Check(ctx, lock(i), 0, tokens[i])
 				if err != nil || !ok {
 					return unexpected("ok", ok, err)
 				}
 				return nil
 			}},
-			{"release", func(ctx context.Context, i int) error {
+			{op: "release", do: func(ctx context.Context, i int) error {
 				ok, err := t.Release(ctx, lock(i), 0, tokens[i], "a")
 				if err != nil || !ok {
 					return unexpected("released", ok, err)
 				}
 				return nil
 			}},
-			{"acquire, semaphore of 4 with room", func(ctx context.Context, i int) error {
+			{op: "acquire, semaphore of 4 with room", do: func(ctx context.Context, i int) error {
 				a, err := t.Acquire(ctx, sem(i), "a", 30, 4)
 				if err != nil || !a.Acquired || a.Already {
 					return unexpected("acquired", a, err)
@@ -115,7 +158,7 @@ func countCalls(ctx context.Context, cs kubernetes.Interface, paths []callPath, 
 				semSlots[i], semTokens[i] = a.Slot, a.Token
 				return nil
 			}},
-			{"release, semaphore slot", func(ctx context.Context, i int) error {
+			{op: "release, semaphore slot", do: func(ctx context.Context, i int) error {
 				ok, err := t.Release(ctx, sem(i), semSlots[i], semTokens[i], "a")
 				if err != nil || !ok {
 					return unexpected("released", ok, err)
@@ -128,8 +171,18 @@ func countCalls(ctx context.Context, cs kubernetes.Interface, paths []callPath, 
 			if err != nil {
 				return nil, err
 			}
+			errs := make([]error, n)
+			var wg sync.WaitGroup
 			for i := range n {
-				if err := s.do(ctx, i); err != nil {
+				if !s.together {
+					errs[i] = s.do(ctx, i)
+					continue
+				}
+				wg.Go(func() { errs[i] = s.do(ctx, i) })
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
 					return nil, fmt.Errorf("%s, %s of %s: %w", p.name, s.op, lock(i), err)
 				}
 			}

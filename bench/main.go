@@ -241,7 +241,7 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	if err != nil {
 		return err
 	}
-	kc, err := client.New(cfg, client.Options{Scheme: manager.Scheme})
+	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: manager.Scheme})
 	if err != nil {
 		return err
 	}

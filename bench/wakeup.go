@@ -67,7 +67,9 @@ func waitFor(ctx context.Context, t handle.Transport, lock, owner string, limit 
 }
 
 // handoffs runs waiters on one lock of limit slots; each, once it holds,
-// keeps the slot a moment and releases it. It answers the gap from each
+// keeps the slot a moment and releases it, then rests before it waits
+// again, so that the next holder is one that was waiting, never the
+// releaser taking the slot back at once. It answers the gap from each
 // release to the acquire that followed it, for rounds acquires.
 func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake bool) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -113,6 +115,7 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 				mu.Lock()
 				released = append(released, time.Now())
 				mu.Unlock()
+				time.Sleep(100 * time.Millisecond) // rest: let a waiter take it
 			}
 		})
 	}
@@ -249,7 +252,7 @@ func (bn *bench) wakeup() error {
 	}
 	b := &bn.b
 	b.WriteString("## Waking waiters\n\n")
-	fmt.Fprintf(b, "How long a lock sits free while somebody waits for it, from the client's clock: waiters woken by the route (`waitSeconds`) against waiters polling as the handles did before (100 ms doubling to 1 s, with jitter). Each waiter holds 20 ms and releases. The expiry gap includes the skew grace (%v here) by design; the pod gap runs from the answer to the pod's delete.\n\n", bn.env.Grace)
+	fmt.Fprintf(b, "How long a lock sits free while somebody waits for it, from the client's clock: waiters woken by the route (`waitSeconds`) against waiters polling as the handles did before (100 ms doubling to 1 s, with jitter). Each waiter holds 20 ms, releases, and rests 100 ms before it waits again, so the next holder is always one that was waiting. The expiry gap includes the skew grace (%v here) by design; the pod gap runs from the answer to the pod's delete.\n\n", bn.env.Grace)
 	b.WriteString(wakeupTable(rows))
 	b.WriteString("\n")
 	return nil

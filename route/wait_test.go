@@ -30,6 +30,17 @@ func waiting(t *testing.T, n int) {
 	}
 }
 
+// asleep waits until n waiters have lost their first try and sleep, so
+// that what frees a slot next is what must wake them.
+func asleep(t *testing.T, n int) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return env.Waker.Asleep() == n, nil
+	}); err != nil {
+		t.Fatalf("%d waiters asleep, want %d", env.Waker.Asleep(), n)
+	}
+}
+
 // inBackground runs one call in the background and answers its result.
 func inBackground(t *testing.T, ns, op string) <-chan J {
 	ch := make(chan J, 1)
@@ -68,13 +79,15 @@ func TestAWaiterIsWokenWhenThePermitFrees(t *testing.T) {
 			if held["acquired"] != true {
 				t.Fatal(held)
 			}
+			start := time.Now()
 			got := inBackground(t, ns, acquireWaiting(lock, "b", 30, 0, 30))
-			waiting(t, 1)
+			asleep(t, 1)
 			free(t, held)
 			r := <-got
 			if r["acquired"] != true || r["owner"] != "b" {
 				t.Fatalf("the waiter answered %v", r)
 			}
+			wokenBeforeItsWaitEnded(t, r, 30, start, 30*time.Second)
 			waiting(t, 0)
 			if how == "expiry" {
 				// Woken no earlier than the holder's lease plus the grace.
@@ -86,6 +99,65 @@ func TestAWaiterIsWokenWhenThePermitFrees(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// wokenBeforeItsWaitEnded fails when acquired came from the try a waiting
+// acquire makes when its wait is over: a wake was lost. The margin is half
+// the wait, so nothing here depends on how fast the machine is.
+// ttl is the acquire's, in seconds: expiresAt less ttl is when the server
+// admitted it.
+func wokenBeforeItsWaitEnded(t *testing.T, acquired J, ttl int, start time.Time, wait time.Duration) {
+	t.Helper()
+	expires, err := time.Parse(time.RFC3339Nano, fmt.Sprint(acquired["expiresAt"]))
+	if err != nil {
+		t.Fatalf("expiresAt of %v: %v", acquired, err)
+	}
+	since := expires.Add(-time.Duration(ttl) * time.Second)
+	if since.After(start.Add(wait / 2)) {
+		t.Fatalf("acquired at %v, %v after the call: not woken, only its last try won", since, since.Sub(start))
+	}
+}
+
+// A waiter that loses its try does not wake the next waiter, except one
+// whose larger limit reaches a slot it could not: here the longest waiter
+// has limit 2, the freed slot is beyond it, and the waiter of limit 4 must
+// get it without waiting out its wait.
+func TestAFreedSlotBeyondTheFirstWaitersLimitGoesToTheNext(t *testing.T) {
+	ns := namespace(t)
+	held := map[int]J{}
+	for _, h := range []struct {
+		owner string
+		limit int
+	}{{"low-a", 2}, {"low-b", 2}, {"high-a", 4}, {"high-b", 4}} {
+		r := one(t, ns, acquire("w-mixed", h.owner, 60, h.limit))
+		if r["acquired"] != true {
+			t.Fatalf("%s: %v", h.owner, r)
+		}
+		held[int(num(t, r["slot"]))] = r
+	}
+	if len(held) != 4 {
+		t.Fatalf("slots held: %v", held)
+	}
+	narrow := inBackground(t, ns, acquireWaiting("w-mixed", "narrow", 30, 2, 5))
+	waiting(t, 1)
+	start := time.Now()
+	wide := inBackground(t, ns, acquireWaiting("w-mixed", "wide", 30, 4, 30))
+	waiting(t, 2)
+	// Both have made their first try and sleep: the release below is
+	// what must wake the right one.
+	asleep(t, 2)
+	r := held[3]
+	if rr := one(t, ns, fmt.Sprintf(`{"op":"release","name":"w-mixed","slot":3,"token":%d,"owner":%q}`, num(t, r["token"]), r["owner"])); rr["released"] != true {
+		t.Fatal(rr)
+	}
+	got := <-wide
+	if got["acquired"] != true || num(t, got["slot"]) != 3 {
+		t.Fatalf("the waiter of limit 4 answered %v", got)
+	}
+	wokenBeforeItsWaitEnded(t, got, 30, start, 30*time.Second)
+	if n := <-narrow; n["acquired"] == true {
+		t.Fatalf("the waiter of limit 2 answered %v", n)
 	}
 }
 

@@ -62,6 +62,7 @@ type Waiter struct {
 	limit int
 	c     chan int // the slot that freed, or -1 when it is not known
 	hot   bool     // woken, and has not yet said how its try went
+	lost  bool     // has lost a try: it sleeps until woken
 }
 
 // C is signalled when a slot may have freed, with that slot when it is
@@ -107,7 +108,7 @@ func (w *Waiter) Tried(won bool) {
 	defer h.mu.Unlock()
 	q := h.locks[w.k]
 	woken := w.hot
-	w.hot = false
+	w.hot, w.lost = false, !won
 	if q == nil {
 		return
 	}
@@ -235,6 +236,21 @@ func (h *Hub) armLocked(p *locksv1alpha1.QueenLock) {
 			h.wakeLocked(k, slot)
 		}
 	})
+}
+
+// Asleep is how many waiters have lost a try and wait for a wake now.
+func (h *Hub) Asleep() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, q := range h.locks {
+		for _, w := range q.waiters {
+			if w.lost && !w.hot {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Waiting is how many calls wait now.

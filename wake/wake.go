@@ -173,13 +173,24 @@ func (h *Hub) wakeLocked(k key, slot int) {
 }
 
 // wakeWiderLocked wakes the longest-waiting idle waiter of k whose limit
-// is above limit, if there is one.
+// is above limit, if there is one. If the only wider waiters are trying
+// already, their tries may have read the lock before the slot freed: the
+// wake is counted as missed, so the first of them to lose tries again.
 func (h *Hub) wakeWiderLocked(k key, limit int) {
-	for _, w := range h.locks[k].waiters {
-		if !w.hot && w.limit > limit {
+	q := h.locks[k]
+	trying := false
+	for _, w := range q.waiters {
+		if w.limit <= limit {
+			continue
+		}
+		if !w.hot {
 			w.signal(-1)
 			return
 		}
+		trying = true
+	}
+	if trying && q.missed < len(q.waiters) {
+		q.missed++
 	}
 }
 

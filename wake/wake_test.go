@@ -1,12 +1,14 @@
 package wake
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
 )
 
 func signalled(w interface{ C() <-chan int }) bool {
@@ -148,4 +150,80 @@ func TestAWakeNamesTheSlotThatFreed(t *testing.T) {
 		t.Fatal("not woken")
 	}
 	w.Done()
+}
+
+func slotOf(lock string, slot int) *locksv1alpha1.QueenLock {
+	p := permitOf(lock, time.Now().Add(time.Hour))
+	p.Name = fmt.Sprintf("%s.%d", lock, slot)
+	p.Spec.Slot = int32(slot)
+	return p
+}
+
+// A narrow waiter woken by a slot beyond its limit passes the wake to a
+// wider waiter; if that one is trying already (on a read from before the
+// slot freed), the wake is kept for when its try ends.
+func TestAWakeForAWiderWaiterThatIsTryingIsKept(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	n, _ := h.Wait("ns", "s", 1)
+	w, _ := h.Wait("ns", "s", 3)
+	n.Tried(false)
+	w.Tried(false)
+	h.Gone(slotOf("s", 1))
+	if !signalled(n) {
+		t.Fatal("n not woken")
+	}
+	n.Tried(false)
+	if !signalled(w) {
+		t.Fatal("w not woken")
+	}
+	// Somebody else took slot 1; before w's try ends, slot 2 frees.
+	h.Gone(slotOf("s", 2))
+	if !signalled(n) {
+		t.Fatal("n not woken by slot 2")
+	}
+	n.Tried(false) // slot 0 is held; w is trying
+	w.Tried(false) // its read was from before slot 2 freed
+	awakeUntilTheWideOneTries(t, n, w)
+}
+
+// A wake that came while every waiter was trying is spent on the longest
+// waiter, which may be too narrow to see the slot: it is then passed on
+// once the wider one's try ends.
+func TestAMissedWakeReachesTheWiderWaiter(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	n, _ := h.Wait("ns", "s", 1)
+	w, _ := h.Wait("ns", "s", 3)
+	n.Tried(false)
+	w.Tried(false)
+	h.Gone(slotOf("s", 0))
+	h.Gone(slotOf("s", 1))
+	if !signalled(n) || !signalled(w) {
+		t.Fatal("not both woken")
+	}
+	h.Gone(slotOf("s", 2)) // every waiter is trying: missed
+	n.Tried(false)
+	if !signalled(n) {
+		t.Fatal("n not woken again")
+	}
+	n.Tried(false) // slot 0 is held; w is trying
+	w.Tried(false) // its read was from before slot 2 freed
+	awakeUntilTheWideOneTries(t, n, w)
+}
+
+// awakeUntilTheWideOneTries follows the wakes after both have lost, with
+// the narrow one losing each try, until the wide one is woken; a wake that
+// goes nowhere before that is a lost wake-up.
+func awakeUntilTheWideOneTries(t *testing.T, n, w locks.Waiter) {
+	t.Helper()
+	for range 4 {
+		switch {
+		case signalled(w):
+			return
+		case signalled(n):
+			n.Tried(false)
+		default:
+			t.Fatal("lost wake-up: slot 2 is free and nobody who can take it was woken")
+		}
+	}
+	t.Fatal("the wakes went round without reaching the wide waiter")
 }

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,15 +15,20 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-// The garbage collector finishes a foreground or orphan delete by removing
-// its finalizer with a JSON merge patch of metadata.finalizers carrying the
-// resourceVersion it read (pkg/controller/garbagecollector, removeFinalizer).
-// The webhook must admit exactly that, and nothing else, on a permit being
-// deleted. No expiry controller runs in this suite, so the patch here is the
-// only thing that can let the permit go.
-func TestTheGarbageCollectorFinishesACascadingDelete(t *testing.T) {
+// A foreground or orphan delete leaves the permit with a finalizer. Only
+// the manager removes it, with an update naming the object's UID: the
+// garbage collector's patch (pkg/controller/garbagecollector,
+// removeFinalizer: a JSON merge patch of metadata.finalizers with the
+// resourceVersion it read) and anybody else's are refused, because when a
+// patch empties the finalizers kube-apiserver deletes whatever permit has
+// the name by then. No deletion controller runs in this suite, so the
+// writes here are the only ones. The manager of this suite runs as the
+// admin; "gc" stands for the garbage collector or any user.
+func TestOnlyTheManagerFinishesACascadingDelete(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
+	grant(t, ns, "gc", locksv1alpha1.GroupVersion.Group, []string{"queenlocks"}, []string{"get", "update", "patch"})
+	other := asUser(t, "gc")
 	for _, c := range []struct {
 		policy    metav1.DeletionPropagation
 		finalizer string
@@ -58,13 +64,30 @@ func TestTheGarbageCollectorFinishesACascadingDelete(t *testing.T) {
 		}
 		gcPatch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": cur.ResourceVersion, "finalizers": []string{}}})
-		if err := env.Client.Patch(ctx, cur, client.RawPatch(types.MergePatchType, gcPatch)); err != nil {
-			t.Fatalf("the garbage collector's finalizer removal was refused: %v", err)
+		if err := other.Patch(ctx, cur.DeepCopy(), client.RawPatch(types.MergePatchType, gcPatch)); !onlyTheManager(err) {
+			t.Fatalf("a patch removing the finalizers of a permit being deleted: %v, want refused", err)
+		}
+		byOther := cur.DeepCopy()
+		byOther.Finalizers = nil
+		if err := other.Update(ctx, byOther); !onlyTheManager(err) {
+			t.Fatalf("another user's update removing the finalizers: %v, want refused", err)
+		}
+		// The manager's update (this suite's manager runs as the admin).
+		done := cur.DeepCopy()
+		done.Finalizers = nil
+		if err := env.Client.Update(ctx, done); err != nil {
+			t.Fatalf("the manager's finalizer removal was refused: %v", err)
 		}
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), cur); !apierrors.IsNotFound(err) {
 			t.Fatalf("after the finalizer removal: %v, want not found", err)
 		}
 	}
+}
+
+// onlyTheManager is whether err is the webhook's refusal of a finalizer
+// removal by anybody but the manager's update (not RBAC's).
+func onlyTheManager(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "only the queen-locks manager removes its finalizers")
 }
 
 // Lock-label edits of a held permit are refused, not undone and stored as

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -89,6 +90,11 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 	if obj == nil {
 		return resp
 	}
+	if old != nil && old.DeletionTimestamp != nil && !slices.Equal(old.Finalizers, obj.Finalizers) && !h.finishesDeletes(req) {
+		return admission.Denied(fmt.Sprintf("permit %s of lock %q is being deleted: only the queen-locks manager removes its finalizers, "+
+			"with an update; a patch that empties them lets kube-apiserver delete whatever permit has the name by then, "+
+			"which may be the next holder's", old.Name, old.Spec.Lock))
+	}
 	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel]}
 	caller := callerOf(req)
 	if req.UserInfo.Username == h.Self {
@@ -102,6 +108,21 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 		return admission.Allowed("")
 	}
 	return admission.Patched("", stampPatch(sent, obj)...)
+}
+
+// finishesDeletes is whether req may remove the finalizers of a permit
+// being deleted: only when the manager itself sends it, which it does with
+// an update (controllers.Deletion). When a write empties the finalizers,
+// kube-apiserver deletes the object under the name in a second step, with
+// the request's preconditions: an update carries the object's UID and so
+// deletes only that permit; a patch (the garbage collector's, or
+// kubectl's) carries none, and racing the manager's own removal it can
+// delete a permit created since under the same name. Admission cannot tell
+// a patch from an update (both arrive as UPDATE with UpdateOptions), so the
+// rule is by identity. The garbage collector retries a refused patch until
+// the permit is gone.
+func (h *QueenLock) finishesDeletes(req admission.Request) bool {
+	return req.UserInfo.Username == h.Self
 }
 
 // sentFields are the parts of a permit that Stamp may change, as the caller

@@ -26,11 +26,20 @@ type Limits struct {
 	MaxHeaderBytes int
 	// MaxConnections bounds open connections; more wait to be accepted.
 	MaxConnections int
+	// MaxConnectionsPerSource bounds the open connections from one
+	// address; more are closed at once. Without it one caller could hold
+	// every connection MaxConnections allows, idle, and lock everybody out.
+	MaxConnectionsPerSource int
 	// MaxCalls bounds calls in progress; more are answered 429.
 	MaxCalls int
 	// MaxCallsPerCaller bounds one caller's calls in progress, so one
 	// caller cannot take every slot of MaxCalls; more are answered 429.
 	MaxCallsPerCaller int
+	// MaxCallsPerSource bounds the calls in progress from one address,
+	// counted before the caller is known: a flood of calls with bad
+	// tokens from one place takes at most this many slots and costs at
+	// most this many TokenReviews at once; more are answered 429.
+	MaxCallsPerSource int
 	// MaxBodyMemory bounds the bytes of request bodies held at once (each
 	// counts its Content-Length, or MaxBody when it sends none); a call
 	// whose body does not fit is answered 429.
@@ -48,7 +57,12 @@ func DefaultLimits() Limits {
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 		MaxConnections:    1024,
-		MaxCalls:          512,
+		// A sixteenth of the connections and an eighth of the calls from
+		// one address: in a cluster every pod has its own, and a node's
+		// pods share one only where the network rewrites sources.
+		MaxConnectionsPerSource: 64,
+		MaxCalls:                512,
+		MaxCallsPerSource:       64,
 		// A quarter of the body memory at most for one caller, so that one
 		// caller holding its calls' bodies open cannot fill it for all.
 		MaxCallsPerCaller: 16,
@@ -84,7 +98,9 @@ func (l Limits) check(opTimeout time.Duration) error {
 		flag string
 		v    int64
 	}{{"--route-max-header-bytes", int64(l.MaxHeaderBytes)}, {"--route-max-connections", int64(l.MaxConnections)},
-		{"--route-max-calls", int64(l.MaxCalls)}, {"--route-max-calls-per-caller", int64(l.MaxCallsPerCaller)}} {
+		{"--route-max-connections-per-source", int64(l.MaxConnectionsPerSource)},
+		{"--route-max-calls", int64(l.MaxCalls)}, {"--route-max-calls-per-caller", int64(l.MaxCallsPerCaller)},
+		{"--route-max-calls-per-source", int64(l.MaxCallsPerSource)}} {
 		if n.v < 1 {
 			return fmt.Errorf("%s is %d: it must be at least 1", n.flag, n.v)
 		}
@@ -99,8 +115,8 @@ func (l Limits) check(opTimeout time.Duration) error {
 // of bodies held. Callers are counted only while they have calls in
 // progress, so the map stays as small as the calls.
 type admission struct {
-	max, perCaller int
-	bodies         *semaphore.Weighted
+	max, perCaller, perSource int
+	bodies                    *semaphore.Weighted
 	// decoding lets one large body be decoded at a time: decoding is the
 	// CPU a flood of large bodies costs, and the webhooks in this process
 	// must keep the rest.
@@ -109,11 +125,12 @@ type admission struct {
 	mu      sync.Mutex
 	calls   int
 	callers map[string]int
+	sources map[string]int
 }
 
 func newAdmission(l Limits) *admission {
-	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
-		decoding: semaphore.NewWeighted(1), callers: map[string]int{}}
+	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, perSource: l.MaxCallsPerSource, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
+		decoding: semaphore.NewWeighted(1), callers: map[string]int{}, sources: map[string]int{}}
 }
 
 // enter admits one call, or answers false when MaxCalls are in progress.
@@ -136,16 +153,26 @@ func (a *admission) enter() (leave func(), ok bool) {
 // enterCaller admits one call of a caller, or answers false when that
 // caller has MaxCallsPerCaller in progress.
 func (a *admission) enterCaller(name string) (leave func(), ok bool) {
+	return a.enterOne(a.callers, name, a.perCaller)
+}
+
+// enterSource admits one call from an address, or answers false when that
+// address has MaxCallsPerSource in progress.
+func (a *admission) enterSource(addr string) (leave func(), ok bool) {
+	return a.enterOne(a.sources, addr, a.perSource)
+}
+
+func (a *admission) enterOne(counts map[string]int, key string, most int) (leave func(), ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.callers[name] >= a.perCaller {
+	if counts[key] >= most {
 		return nil, false
 	}
-	a.callers[name]++
+	counts[key]++
 	return sync.OnceFunc(func() {
 		a.mu.Lock()
-		if a.callers[name]--; a.callers[name] == 0 {
-			delete(a.callers, name)
+		if counts[key]--; counts[key] == 0 {
+			delete(counts, key)
 		}
 		a.mu.Unlock()
 	}), true

@@ -121,6 +121,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Limits.check(cfg.OpTimeout); err != nil {
 		return nil, err
 	}
+	if cfg.Auth == AuthNone {
+		// Every caller is on loopback, one address: the per-address
+		// bounds would be the route's whole.
+		cfg.Limits.MaxConnectionsPerSource, cfg.Limits.MaxCallsPerSource = cfg.Limits.MaxConnections, cfg.Limits.MaxCalls
+	}
 	// No client-side rate limit: the concurrency limits above bound what
 	// callers can ask, and the API server's priority and fairness shares
 	// it out. A token bucket here would make one busy caller slow everyone.
@@ -196,7 +201,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	l := s.cfg.Limits
-	ln = netutil.LimitListener(ln, l.MaxConnections)
+	ln = netutil.LimitListener(limitPerSource(ln, l.MaxConnectionsPerSource), l.MaxConnections)
 	scheme := "http"
 	if s.certs != nil {
 		go func() {
@@ -275,6 +280,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) (int, Caller) {
 		return s.busy(w, r, Caller{}, "too_many_calls", fmt.Sprintf("the route has %d calls in progress", s.cfg.Limits.MaxCalls)), Caller{}
 	}
 	defer leave()
+	leaveSource, ok := s.adm.enterSource(sourceOf(r.RemoteAddr))
+	if !ok {
+		return s.busy(w, r, Caller{}, "too_many_calls_of_source", fmt.Sprintf("%s has %d calls in progress", sourceOf(r.RemoteAddr), s.cfg.Limits.MaxCallsPerSource)), Caller{}
+	}
+	defer leaveSource()
 
 	var caller Caller
 	if s.reviews != nil {
@@ -585,6 +595,10 @@ func rank(code int) int {
 }
 
 func writeError(w http.ResponseWriter, e callError) int {
+	// A refused call does not keep its connection: a caller that only
+	// sends what is refused (no token, a bad one, the wrong method) must
+	// connect again for each try, and cannot sit on connections.
+	w.Header().Set("Connection", "close")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Code)
 	_ = json.NewEncoder(w).Encode(wire.ErrorResponse{Error: e})

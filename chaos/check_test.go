@@ -325,6 +325,13 @@ func TestALockStuckUnacquirableIsFound(t *testing.T) {
 	h.Ops = append(h.Ops, Op{Client: 1, Kind: KindAcquire, Owner: "b", TTL: 2, Call: at(4000), Return: at(4010), Outcome: Contended})
 	sortOps(h.Ops)
 	mustFind(t, Check(h, 10*time.Second), "available: a's lease ended at")
+	// The same while kube-apiserver was down from 50 ms to 3.5 s: excused,
+	// and counted (3892 ms from the start of the delete, seen at 108 ms).
+	h.Outages = [][2]int64{{at(50), at(3500)}}
+	if r := Check(h, 10*time.Second); len(r.Violations) != 0 || r.Excused != 1 || r.LongestExcused != int64(3892*time.Millisecond) {
+		t.Fatalf("violations %q, excused %d (longest %s)", r.Violations, r.Excused, time.Duration(r.LongestExcused))
+	}
+	h.Outages = nil
 	// A waiting acquire sent at 1.5 s, within the bound, but answered
 	// contended at 4.5 s: its last try found the lock stuck.
 	h.Ops = revokeHistory(5000).Ops
@@ -403,6 +410,14 @@ func TestTheSemaphoreChecks(t *testing.T) {
 	r := Check(h, 10*time.Second)
 	if len(r.Violations) != 0 || r.MostHolders != 3 {
 		t.Fatalf("violations %q, most holders %d", r.Violations, r.MostHolders)
+	}
+
+	// s0's release answer lost: the record's delete ends its lease.
+	lost := h
+	lost.Ops = append([]Op{}, h.Ops...)
+	lost.Ops[3].Outcome, lost.Ops[3].Error = Unknown, "EOF"
+	if r := Check(lost, 10*time.Second); len(r.Violations) != 0 || r.MostHolders != 3 {
+		t.Fatalf("a release whose answer was lost: violations %q, most holders %d", r.Violations, r.MostHolders)
 	}
 
 	// A fourth holder, in a slot beyond the limit.

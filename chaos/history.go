@@ -220,6 +220,11 @@ type History struct {
 	// the checks allow what they allow, and no more.
 	Grace int64 `json:"grace,omitempty"`
 	Skew  int64 `json:"skew,omitempty"`
+	// Outages are the spans, [from, to] in Unix ns, from a kill of
+	// kube-apiserver or etcd until the API server was ready again, and
+	// while a replica's webhook was cut off from the API server: writes
+	// then fail or hang, the manager's own (finishing a delete) too.
+	Outages [][2]int64 `json:"outages,omitempty"`
 	// PodsGone are the holder clients' pods the nemesis deleted.
 	PodsGone []PodGone `json:"podsGone,omitempty"`
 	Ops      []Op      `json:"ops"`

@@ -109,7 +109,7 @@ func (n *nemesis) inject(f string) error {
 		r := c.replicas[n.rand.IntN(len(c.replicas))]
 		return n.cut(r.api, 0)
 	case FaultCutWebhook:
-		return n.cut(c.webhooks, n.rand.IntN(len(c.replicas)))
+		return n.outage(func() error { return n.cut(c.webhooks, n.rand.IntN(len(c.replicas))) })
 	case FaultCutClient:
 		// The holder's, when a client holds the lock: its renewals and
 		// release are cut off while its lease runs.
@@ -135,9 +135,9 @@ func (n *nemesis) inject(f string) error {
 		defer cancel()
 		return c.deletePod(ctx, id)
 	case FaultAPIServer:
-		return n.restart(c.apiserver, func() error { return c.startReady(c.apiserver) })
+		return n.outage(func() error { return n.restart(c.apiserver, func() error { return c.startReady(c.apiserver) }) })
 	case FaultEtcd:
-		return n.restart(c.etcd, func() error { return c.startReady(c.etcd) })
+		return n.outage(func() error { return n.restart(c.etcd, func() error { return c.startReady(c.etcd) }) })
 	case FaultClient:
 		// Stop the holder, when a client holds the lock (any client
 		// otherwise), for half its TTL up to TTL + 2 s or until just past
@@ -187,6 +187,15 @@ func (n *nemesis) revive() error {
 		}
 	}
 	return nil
+}
+
+// outage records the time fault takes, from its start until what it broke
+// is back (History.Outages).
+func (n *nemesis) outage(fault func() error) error {
+	from := time.Now().UnixNano()
+	err := fault()
+	n.c.rec.outage(from, time.Now().UnixNano())
+	return err
 }
 
 // restart kills p, waits up to 1.5 s, and brings it back with start.

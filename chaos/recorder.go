@@ -32,6 +32,7 @@ type recorder struct {
 	sem     []Event // the semaphore's permits
 	objects []Event
 	pods    []PodGone // holder pods the nemesis deleted
+	outages [][2]int64
 	err     error
 	owner   string // the permit's current owner, "" when free
 	expires int64  // and when its lease ends
@@ -164,6 +165,12 @@ func (r *recorder) objectEvent(t watch.EventType, o runtime.Object, v uint64, se
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.objects = append(r.objects, e)
+}
+
+func (r *recorder) outage(from, to int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outages = append(r.outages, [2]int64{from, to})
 }
 
 func (r *recorder) podGone(p PodGone) {

@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if c.rec.err != nil {
 		return nil, c.rec.err
 	}
-	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), PodsGone: c.rec.pods, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects}
+	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), PodsGone: c.rec.pods, Outages: c.rec.outages, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects}
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}

@@ -3,8 +3,10 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +19,9 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 )
+
+// updateTimeout bounds one finalizer removal.
+const updateTimeout = 3 * time.Second
 
 // +kubebuilder:rbac:groups=locks.queen.dev,resources=queenlocks,verbs=get;list;watch;update
 
@@ -46,7 +51,13 @@ func (r *Deletion) SetupWithManager(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		For(&locksv1alpha1.QueenLock{}, builder.WithPredicates(terminating)).
 		Named("queenlock-deletion").
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		WithOptions(controller.Options{
+			NeedLeaderElection: ptr.To(false),
+			// While the removal fails (kube-apiserver restarting, a webhook
+			// replica gone) the lock stays unacquirable: try again soon,
+			// not after the default backoff of up to minutes.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](10*time.Millisecond, 500*time.Millisecond),
+		}).
 		Complete(r)
 }
 
@@ -77,7 +88,11 @@ func (r *Deletion) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	}
 	before := p.DeepCopy()
 	p.Finalizers = nil
-	err := r.Client.Update(ctx, &p)
+	// A write whose webhook call hangs (a replica cut off) is given up
+	// early and tried again, rather than waiting out the webhook timeout.
+	uctx, cancel := context.WithTimeout(ctx, updateTimeout)
+	defer cancel()
+	err := r.Client.Update(uctx, &p)
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return reconcile.Result{}, nil // gone, or changed: the watch brings the next version

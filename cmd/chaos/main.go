@@ -208,6 +208,9 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 		row("misbehaving "+k, r.Misbehaving[k])
 	}
 	row("calls the route refused with 401 or 403 (token and rights good)", r.Denied)
+	row("acquires refused past TTL + grace only while kube-apiserver, etcd or a webhook was down (excused)", r.Excused)
+	fmt.Fprintf(w, "| longest such wait | %s |\n", time.Duration(r.LongestExcused).Round(time.Millisecond))
+	fmt.Fprintf(w, "| outages (kube-apiserver or etcd down, a webhook cut off) | %d |\n", len(res.History.Outages))
 	row("acquires that waited (waitSeconds)", r.Waiting)
 	row("  of them acquired after waiting", r.WaitWon)
 	row("semaphore permit versions recorded", r.SemVersions)

@@ -112,6 +112,13 @@ What the profiles point at, for the owners of locks/, route/ and webhook/:
 
 - The renew load rows show the latency of renews at a steady rate; the
   steps stop at the first whose p99 passes 250 ms.
+- **Waking waiters.** A wake goes to one waiter per freed slot. Before
+  the fix of 2026-12-03 a waiter that lost its try passed the wake on to
+  the next, and the next, while the lock stayed held: every handoff set off
+  a chain of creates that had to fail, and the handoff p50 was 54 ms. Now
+  only a waiter whose limit reaches further gets a lost wake, and a
+  semaphore waiter tries the slot that freed first; a handoff costs the
+  watch event and one try (a create, and a list for a semaphore).
 - Resident memory includes what the earlier rows allocated and the Go
   runtime has not yet returned, so it can even fall; the live heap after a
   collection is the figure that shows what 10,000 cached permits cost.

@@ -256,8 +256,10 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	// Every bench client is on loopback, one address: the per-address
 	// bounds are lifted to the route's whole, as a cluster's many pod
 	// addresses would.
+	// The call table also waits on 40 locks at once as one caller.
 	tl := route.DefaultLimits()
 	tl.MaxConnectionsPerSource, tl.MaxCallsPerSource = tl.MaxConnections, tl.MaxCalls
+	tl.MaxCallsPerCaller = tl.MaxCalls
 	tokenURL, stopToken, err := env.StartRouteConfig(route.Config{Auth: route.AuthToken, Limits: tl})
 	if err != nil {
 		return err

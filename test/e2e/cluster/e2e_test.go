@@ -286,10 +286,17 @@ func TestInstall(t *testing.T) {
 
 	// A guarded write without a guard: the API server asks the guard
 	// webhooks through the Service, and a webhook itself refuses it (not
-	// the API server because the webhook could not be reached).
-	_, err := c.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "guarded", Labels: map[string]string{"locks.queen.dev/guarded": "true"}},
-	}, metav1.CreateOptions{})
+	// the API server because the webhook could not be reached). Ready pods
+	// are not yet a Service that answers: kube-proxy programs the Service's
+	// endpoints a moment later, and until then the call is refused at the
+	// Service's address.
+	var err error
+	await(t, "the webhooks answer through their Service", time.Minute, func(ctx context.Context) (bool, error) {
+		_, err = c.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "guarded", Labels: map[string]string{"locks.queen.dev/guarded": "true"}},
+		}, metav1.CreateOptions{})
+		return err == nil || !strings.Contains(err.Error(), "failed calling webhook"), nil
+	})
 	if err == nil || !strings.Contains(err.Error(), `guarded.locks.queen.dev" denied the request`) || !strings.Contains(err.Error(), "kv_precondition") {
 		t.Errorf("a guarded ConfigMap without a guard: %v; want the guard webhook's kv_precondition refusal", err)
 	}

@@ -34,7 +34,7 @@ const updateTimeout = 3 * time.Second
 // It runs on every replica, not only on the leader: a delete must finish
 // within seconds even while the leader is dead or cut off and the next one
 // has not yet taken over. Two replicas racing to finish one delete is
-// harmless: each patch is conditional on the version it read.
+// harmless: each update is conditional on the version and UID it read.
 type Deletion struct {
 	Client client.Client
 }

@@ -124,13 +124,13 @@ type admission struct {
 
 	mu      sync.Mutex
 	calls   int
-	callers map[string]int
-	sources map[string]int
+	callers counts
+	sources counts
 }
 
 func newAdmission(l Limits) *admission {
 	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, perSource: l.MaxCallsPerSource, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
-		decoding: semaphore.NewWeighted(1), callers: map[string]int{}, sources: map[string]int{}}
+		decoding: semaphore.NewWeighted(1), callers: counts{n: map[string]int{}}, sources: counts{n: map[string]int{}}}
 }
 
 // enter admits one call, or answers false when MaxCalls are in progress.
@@ -153,28 +153,36 @@ func (a *admission) enter() (leave func(), ok bool) {
 // enterCaller admits one call of a caller, or answers false when that
 // caller has MaxCallsPerCaller in progress.
 func (a *admission) enterCaller(name string) (leave func(), ok bool) {
-	return a.enterOne(a.callers, name, a.perCaller)
+	return a.callers.enter(name, a.perCaller)
 }
 
 // enterSource admits one call from an address, or answers false when that
 // address has MaxCallsPerSource in progress.
 func (a *admission) enterSource(addr string) (leave func(), ok bool) {
-	return a.enterOne(a.sources, addr, a.perSource)
+	return a.sources.enter(addr, a.perSource)
 }
 
-func (a *admission) enterOne(counts map[string]int, key string, most int) (leave func(), ok bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if counts[key] >= most {
+// counts counts what is in progress per key (a caller, an address), and
+// keeps a key only while something of it is.
+type counts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// enter counts one more of key, or answers false when key has most.
+func (c *counts) enter(key string, most int) (leave func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[key] >= most {
 		return nil, false
 	}
-	counts[key]++
+	c.n[key]++
 	return sync.OnceFunc(func() {
-		a.mu.Lock()
-		if counts[key]--; counts[key] == 0 {
-			delete(counts, key)
+		c.mu.Lock()
+		if c.n[key]--; c.n[key] == 0 {
+			delete(c.n, key)
 		}
-		a.mu.Unlock()
+		c.mu.Unlock()
 	}), true
 }
 

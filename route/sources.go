@@ -1,9 +1,6 @@
 package route
 
-import (
-	"net"
-	"sync"
-)
+import "net"
 
 // sourceOf is the address part of a remote address: what the per-source
 // limits count by.
@@ -19,14 +16,13 @@ func sourceOf(remote string) string {
 // already has max open, before it reaches the server: one caller cannot
 // hold every connection the route allows, idle or slow.
 func limitPerSource(ln net.Listener, max int) net.Listener {
-	return &perSource{Listener: ln, max: max, open: map[string]int{}}
+	return &perSource{Listener: ln, max: max, open: counts{n: map[string]int{}}}
 }
 
 type perSource struct {
 	net.Listener
 	max  int
-	mu   sync.Mutex
-	open map[string]int
+	open counts
 }
 
 func (l *perSource) Accept() (net.Conn, error) {
@@ -35,25 +31,13 @@ func (l *perSource) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		src := sourceOf(c.RemoteAddr().String())
-		l.mu.Lock()
-		full := l.open[src] >= l.max
-		if !full {
-			l.open[src]++
-		}
-		l.mu.Unlock()
-		if full {
+		done, ok := l.open.enter(sourceOf(c.RemoteAddr().String()), l.max)
+		if !ok {
 			refused.WithLabelValues("too_many_connections_of_source").Inc()
 			_ = c.Close()
 			continue
 		}
-		return &sourceConn{Conn: c, done: sync.OnceFunc(func() {
-			l.mu.Lock()
-			if l.open[src]--; l.open[src] == 0 {
-				delete(l.open, src)
-			}
-			l.mu.Unlock()
-		})}, nil
+		return &sourceConn{Conn: c, done: done}, nil
 	}
 }
 

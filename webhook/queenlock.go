@@ -95,7 +95,7 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 			"with an update; a patch that empties them lets kube-apiserver delete whatever permit has the name by then, "+
 			"which may be the next holder's", old.Name, old.Spec.Lock))
 	}
-	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel]}
+	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel], managedFields: len(obj.ManagedFields) > 0}
 	caller := callerOf(req)
 	if req.UserInfo.Username == h.Self {
 		caller = permit.Caller{} // the route, writing for a caller it verified
@@ -128,14 +128,23 @@ func (h *QueenLock) finishesDeletes(req admission.Request) bool {
 // sentFields are the parts of a permit that Stamp may change, as the caller
 // sent them.
 type sentFields struct {
-	labels bool // the object had a labels map
-	label  string
+	labels        bool // the object had a labels map
+	label         string
+	managedFields bool // kube-apiserver's field manager filled them in
 }
 
 // stampPatch is the JSON patch from what the caller sent to what Stamp made
-// of it: the lock label and the three times, nothing else (the times are
-// always written, so they are stored in one format whatever the caller
-// sent). It is written
+// of it: the lock label and the three times (always written, so they are
+// stored in one format whatever the caller sent), and no managedFields.
+//
+// Every field of a permit is the lock's, written by lock transitions only,
+// so the record of which client last set which field tells nobody
+// anything; but kube-apiserver pays for it on every write and read of a
+// permit: it is nearly half the stored object, decoded and re-encoded with
+// the rest of the metadata for each request, each watch event and each
+// informer. Removing it here stores permits without it, and a later update
+// of an object without managedFields skips the field manager altogether
+// (it tracks fields again only after a server-side apply). It is written
 // out rather than found by serialising the stamped object and diffing it
 // with the request, which costs a marshal, two parses and a diff on every
 // permit write.
@@ -149,6 +158,9 @@ func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonP
 		add("/metadata/labels", obj.Labels)
 	case sent.label != value:
 		add(pointer("metadata", "labels", permit.LockLabel), value)
+	}
+	if sent.managedFields {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/metadata/managedFields"})
 	}
 	add("/spec/acquireTime", obj.Spec.AcquireTime)
 	add("/spec/renewTime", obj.Spec.RenewTime)

@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -106,6 +107,7 @@ type Client struct {
 	grace    time.Duration
 	versions Versions
 	answered *memo
+	deletes  dynamic.Interface // nil: deletes go through c
 }
 
 // Option adjusts a Client.
@@ -434,7 +436,7 @@ func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.Quee
 		return l.won(got, "", nil)
 	}
 	rv := got.ResourceVersion
-	err = l.c.Delete(ctx, got, client.Preconditions{UID: &got.UID, ResourceVersion: &rv})
+	err = l.delete(ctx, got.Namespace, got.Name, metav1.Preconditions{UID: &got.UID, ResourceVersion: &rv})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return Acquired{}, fmt.Errorf("giving back slot %d of lock %q, won twice by owner %q: %w", got.Spec.Slot, a.lock, a.owner, err)
 	}
@@ -650,8 +652,7 @@ func (l *Client) Release(ctx context.Context, ns, lock string, slot int, token u
 		} else if owner != "" && v.Owner != owner {
 			return false, nil
 		}
-		err := l.c.Delete(ctx, &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-			client.Preconditions{ResourceVersion: &rv})
+		err := l.delete(ctx, ns, name, metav1.Preconditions{ResourceVersion: &rv})
 		switch {
 		case err == nil:
 			l.answered.forget(ns, name)

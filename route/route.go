@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -155,7 +156,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the route's client: %w", err)
 	}
-	s.self = locks.New(c, cfg.Clock, cfg.Locks...)
+	d, err := dynamic.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("creating the route's client: %w", err)
+	}
+	s.self = locks.New(c, cfg.Clock, append([]locks.Option{locks.WithDeletesOver(d)}, cfg.Locks...)...)
 	if cfg.TLSCertDir != "" {
 		// Read now, so a missing or bad certificate stops the manager at
 		// start rather than failing every caller's handshake.
@@ -428,7 +433,7 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 	errs := make([]error, len(ops))
 	var wg sync.WaitGroup
 	for i, op := range ops {
-		wg.Go(func() {
+		one := func() {
 			// A waiting acquire has its wait on top of the usual bound.
 			// Each operation runs to a definite answer even if the caller
 			// goes away, so that what it acquired can be given back; only a
@@ -451,7 +456,17 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 				s.cfg.Log.Error(errs[i], "lock operation failed", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name)
 			}
 			s.cfg.Log.V(1).Info("lock operation", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name, "slot", results[i].Slot, "outcome", outcome)
-		})
+		}
+		// Most calls carry one operation: it runs on the request's own
+		// goroutine, whose stack has already grown to what an API call
+		// needs, rather than on a new one that grows it again each time
+		// (a tenth of a millisecond of copying stacks per call in the
+		// profiles of make bench).
+		if len(ops) == 1 {
+			one()
+		} else {
+			wg.Go(one)
+		}
 	}
 	wg.Wait()
 	if ctx.Err() != nil {

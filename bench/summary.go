@@ -73,15 +73,17 @@ func (s summary) write() string {
 		fmt.Fprintf(&b, "- **Route cycles at 8 clients at least 0.6 of the Lease baseline** (0.30 before one call per operation): %s, %.2f. "+
 			"The CRD copy with no webhook and no informer reached %.2f in the same rounds: that is the most any lock kept in a custom resource gets here.\n", verdict, s.ratio8, s.floor8)
 		worst := 1.0
-		for _, r := range s.tokenVs {
+		for _, r := range s.tokenSteady {
 			worst = min(worst, r)
 		}
 		verdict = "not met"
-		if worst >= 0.9 {
+		if s.tokenSteady != nil && worst >= 0.9 {
 			verdict = "met"
 		}
-		fmt.Fprintf(&b, "- **Token auth within 10%% of no auth:** %s in cycles per second (%.2f, %.2f and %.2f at 1, 8 and 32 clients); "+
-			"a cycle with token auth cost %.2f times the CPU of one without at 8 clients.\n", verdict, s.tokenVs[1], s.tokenVs[8], s.tokenVs[32], s.tokenCPU8)
+		fmt.Fprintf(&b, "- **Token auth within 10%% of no auth:** %s for callers that keep calling (%.2f, %.2f and %.2f at 1, 8 and 32 clients). "+
+			"In the five-path rounds, where each token round starts with its reviews expired: %.2f, %.2f and %.2f; "+
+			"a cycle with token auth cost %.2f times the CPU of one without at 8 clients.\n", verdict, s.tokenSteady[1], s.tokenSteady[8], s.tokenSteady[32],
+			s.tokenVs[1], s.tokenVs[8], s.tokenVs[32], s.tokenCPU8)
 	}
 	if s.renewP99 != nil {
 		p99, ok := s.renewP99[renewTarget]

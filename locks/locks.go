@@ -585,7 +585,11 @@ func (l *Client) Renew(ctx context.Context, ns, lock string, slot int, token uin
 		p, err := l.patchRenew(ctx, ns, name, rv, owner, ttlSeconds)
 		switch {
 		case err == nil:
-			if p.Spec.Lock != lock { // another lock's permit under a hashed name: cannot be
+			// Another lock's permit under a hashed name cannot be ours. A
+			// permit being deleted is released: the webhook passes a write
+			// to it unstamped, and a renew that changed nothing would
+			// otherwise answer renewed with the old lifetime.
+			if p.Spec.Lock != lock || !p.DeletionTimestamp.IsZero() {
 				return Renewed{Reason: ReasonLost}, nil
 			}
 			h, err := holderOf(p)

@@ -4,18 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 )
 
-// Permits are stored without managedFields whichever way they are written,
-// and a write to a permit stored without them (which the webhook then has
-// nothing to remove from) is admitted as before.
+// Permits written by creates, patches and updates are stored without
+// managedFields, and a write to a permit stored without them (which the
+// webhook then has nothing to remove from) is admitted as before.
 func TestPermitsAreStoredWithoutManagedFields(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -60,19 +58,30 @@ func TestPermitsAreStoredWithoutManagedFields(t *testing.T) {
 	if got := stored(p.Name); got.Spec.Owner != "b" {
 		t.Fatalf("owner after takeover = %q", got.Spec.Owner)
 	}
+}
 
-	// A create by server-side apply (kubectl apply --server-side), which
-	// records the applier's fields before admission.
-	applied := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": locksv1alpha1.GroupVersion.String(), "kind": "QueenLock",
-		"metadata": map[string]any{"namespace": ns, "name": newPermit(ns, "mf-applied", 0, 1, "c", 30).Name},
-		"spec":     map[string]any{"lock": "mf-applied", "slot": 0, "limit": 1, "owner": "c", "ttlSeconds": 30},
-	}}
-	//nolint:staticcheck // client.Apply with unstructured is how SSA is sent without generated apply configurations.
-	if err := env.Client.Patch(ctx, applied, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
-		t.Fatalf("server-side apply: %v", err)
+// A permit created by server-side apply and renewed by the same field
+// manager with a new TTL is a renew: the applier owns every field it sent.
+// Had the webhook dropped managedFields, the API server would find none on
+// the next apply and give every stored field to "before-first-apply", and
+// the renew would fail with 409 "conflict with before-first-apply:
+// .spec.ttlSeconds" unless forced.
+func TestAServerSideAppliedPermitKeepsItsRecord(t *testing.T) {
+	ns := namespace(t)
+	grant(t, ns, "dev", locksv1alpha1.GroupVersion.Group, []string{"queenlocks"}, []string{"*"})
+	dev := asUser(t, "dev")
+	if err := serverSideApply(dev, ns, "ssa", "a", 600, "deploy"); err != nil {
+		t.Fatalf("create by server-side apply: %v", err)
 	}
-	if got := stored(applied.GetName()); got.Spec.ExpireTime == nil || time.Until(got.Spec.ExpireTime.Time) < 25*time.Second {
-		t.Fatalf("applied permit not stamped: %+v", got.Spec)
+	created := storedPermit(t, ns, "ssa.0")
+	if len(created.ManagedFields) == 0 {
+		t.Fatal("a permit created by server-side apply was stored without the applier's managedFields")
+	}
+	if err := serverSideApply(dev, ns, "ssa", "a", 700, "deploy"); err != nil {
+		t.Fatalf("renew by the same field manager with a new TTL: %v", err)
+	}
+	renewed := storedPermit(t, ns, "ssa.0")
+	if renewed.Spec.TTLSeconds != 700 || token(t, renewed) <= token(t, created) {
+		t.Fatalf("after the renew: ttl %d, token %s after %s", renewed.Spec.TTLSeconds, renewed.ResourceVersion, created.ResourceVersion)
 	}
 }

@@ -95,7 +95,7 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 			"with an update; a patch that empties them lets kube-apiserver delete whatever permit has the name by then, "+
 			"which may be the next holder's", old.Name, old.Spec.Lock))
 	}
-	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel], managedFields: len(obj.ManagedFields) > 0}
+	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel], dropManagedFields: dropManagedFields(old, obj)}
 	caller := callerOf(req)
 	if req.UserInfo.Username == h.Self {
 		caller = permit.Caller{} // the route, writing for a caller it verified
@@ -105,6 +105,11 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 		return deny(err)
 	}
 	if !stamped {
+		if sent.dropManagedFields {
+			// A write to a permit being deleted that changes nothing but
+			// managedFields then changes nothing at all, and is not stored.
+			return admission.Patched("", removeManagedFields)
+		}
 		return admission.Allowed("")
 	}
 	return admission.Patched("", stampPatch(sent, obj)...)
@@ -128,14 +133,35 @@ func (h *QueenLock) finishesDeletes(req admission.Request) bool {
 // sentFields are the parts of a permit that Stamp may change, as the caller
 // sent them.
 type sentFields struct {
-	labels        bool // the object had a labels map
-	label         string
-	managedFields bool // kube-apiserver's field manager filled them in
+	labels            bool // the object had a labels map
+	label             string
+	dropManagedFields bool
+}
+
+var removeManagedFields = jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/metadata/managedFields"}
+
+// dropManagedFields tells whether the webhook removes the managedFields of
+// a write (see stampPatch). It keeps them on a permit that somebody
+// server-side applies (kubectl apply --server-side, a GitOps tool): without
+// its record an applier's next apply, a renew with a new TTL say, would
+// conflict with "before-first-apply" over its own fields. A permit being
+// deleted keeps none: nothing will apply it again.
+func dropManagedFields(old, obj *locksv1alpha1.QueenLock) bool {
+	if len(obj.ManagedFields) == 0 {
+		return false
+	}
+	if old != nil && old.DeletionTimestamp != nil {
+		return true
+	}
+	return !slices.ContainsFunc(obj.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
+		return e.Operation == metav1.ManagedFieldsOperationApply
+	})
 }
 
 // stampPatch is the JSON patch from what the caller sent to what Stamp made
 // of it: the lock label and the three times (always written, so they are
-// stored in one format whatever the caller sent), and no managedFields.
+// stored in one format whatever the caller sent), and no managedFields
+// unless somebody server-side applies the permit (dropManagedFields).
 //
 // Every field of a permit is the lock's, written by lock transitions only,
 // so the record of which client last set which field tells nobody
@@ -159,8 +185,8 @@ func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonP
 	case sent.label != value:
 		add(pointer("metadata", "labels", permit.LockLabel), value)
 	}
-	if sent.managedFields {
-		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/metadata/managedFields"})
+	if sent.dropManagedFields {
+		ops = append(ops, removeManagedFields)
 	}
 	add("/spec/acquireTime", obj.Spec.AcquireTime)
 	add("/spec/renewTime", obj.Spec.RenewTime)

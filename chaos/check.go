@@ -645,11 +645,15 @@ func (r *Report) checkSemaphore(h History, b bounds) {
 	}
 	// A lease ends no later than the watch saw its permit deleted (a
 	// release whose answer was lost, or an expiry): the slot checks above
-	// judge whether that delete was in order.
+	// judge whether that delete was in order. Like a release's call, the
+	// sighting is on this harness's clock while the next lease's start is
+	// stamped by a replica up to the skew behind it, so it counts the skew
+	// earlier: a permit created right after the delete (a later version)
+	// can carry an acquireTime before the delete was seen.
 	for _, e := range h.SemPermits {
 		if e.Type == "DELETED" || e.Deleting {
 			if l := leases[e.Owner]; l != nil && l.slot == e.Slot {
-				l.end = min(l.end, e.Seen)
+				l.end = min(l.end, e.Seen-b.skew)
 			}
 		}
 	}

@@ -420,6 +420,21 @@ func TestTheSemaphoreChecks(t *testing.T) {
 		t.Fatalf("a release whose answer was lost: violations %q, most holders %d", r.Violations, r.MostHolders)
 	}
 
+	// s0's release answer lost, and s3's permit, created after the delete
+	// was seen, stamped by a replica 400 ms behind: its acquireTime is
+	// before the watch saw s0's delete. In a run of 2026-12-03 this was
+	// reported as a fourth holder.
+	skewed := History{Grace: int64(time.Second), Skew: int64(400 * time.Millisecond)}
+	skewed.Ops = append(append([]Op{}, h.Ops[:3]...),
+		Op{Client: 0, Lock: Semaphore, Kind: KindRelease, Owner: "s0", Slot: 0, Token: 100, Call: at(990), Return: at(1001), Outcome: Unknown, Error: "EOF"},
+		semAcquire(3, "s3", 0, at(1000), at(2610), 104))
+	skewed.SemPermits = append(append([]Event{}, h.SemPermits[:3]...),
+		Event{Type: "DELETED", Version: 103, Slot: 0, Seen: at(1000), Owner: "s0", AcquireTime: at(5), RenewTime: at(5), ExpireTime: at(2005)},
+		Event{Type: "ADDED", Version: 104, Slot: 0, Seen: at(1011), Owner: "s3", AcquireTime: at(610), RenewTime: at(610), ExpireTime: at(2610)})
+	if r := Check(skewed, 10*time.Second); len(r.Violations) != 0 || r.MostHolders != 3 {
+		t.Fatalf("a lease stamped on a clock behind, after a delete seen later: violations %q, most holders %d", r.Violations, r.MostHolders)
+	}
+
 	// A fourth holder, in a slot beyond the limit.
 	four := h
 	four.Ops = append(append([]Op{}, h.Ops...), semAcquire(4, "s4", 3, at(130), at(2135), 105))

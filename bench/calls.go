@@ -21,7 +21,6 @@ import (
 
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/route"
 )
 
@@ -111,9 +110,7 @@ func countCalls(ctx context.Context, cs kubernetes.Interface, paths []callPath, 
 				return nil
 			}},
 			{op: waitingRow, together: true, do: func(ctx context.Context, i int) error {
-				wt, ok := t.(interface {
-					AcquireWaiting(context.Context, string, string, int64, int, time.Duration) (locks.Acquired, bool, error)
-				})
+				wt, ok := t.(handle.WaitingTransport)
 				if !ok {
 					return fmt.Errorf("the transport cannot wait")
 				}

@@ -44,9 +44,7 @@ func waitFor(ctx context.Context, t handle.Transport, lock, owner string, limit 
 	for ctx.Err() == nil {
 		var a locks.Acquired
 		var err error
-		if wt, ok := t.(interface {
-			AcquireWaiting(context.Context, string, string, int64, int, time.Duration) (locks.Acquired, bool, error)
-		}); ok && wake {
+		if wt, ok := t.(handle.WaitingTransport); ok && wake {
 			a, _, err = wt.AcquireWaiting(ctx, lock, owner, 60, limit, 30*time.Second)
 		} else {
 			a, err = t.Acquire(ctx, lock, owner, 60, limit)

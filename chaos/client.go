@@ -177,9 +177,7 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 	case KindAcquire:
 		var a locks.Acquired
 		var err error
-		if wt, ok := c.Route.(interface {
-			AcquireWaiting(context.Context, string, string, int64, int, time.Duration) (locks.Acquired, bool, error)
-		}); ok && op.Wait > 0 {
+		if wt, ok := c.Route.(handle.WaitingTransport); ok && op.Wait > 0 {
 			a, _, err = wt.AcquireWaiting(ctx, lock, op.Owner, op.TTL, max(op.Limit, 1), time.Duration(op.Wait)*time.Second)
 		} else {
 			a, err = c.Route.Acquire(ctx, lock, op.Owner, op.TTL, max(op.Limit, 1))

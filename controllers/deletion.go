@@ -86,7 +86,7 @@ func (r *Deletion) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	if !held(&p) {
 		return reconcile.Result{}, nil
 	}
-	before := p.DeepCopy()
+	finalizers := p.Finalizers
 	p.Finalizers = nil
 	// A write whose webhook call hangs (a replica cut off) is given up
 	// early and tried again, rather than waiting out the webhook timeout.
@@ -97,8 +97,8 @@ func (r *Deletion) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return reconcile.Result{}, nil // gone, or changed: the watch brings the next version
 	case err != nil:
-		return reconcile.Result{}, fmt.Errorf("removing the finalizers %v of permit %s being deleted: %w", before.Finalizers, req.NamespacedName, err)
+		return reconcile.Result{}, fmt.Errorf("removing the finalizers %v of permit %s being deleted: %w", finalizers, req.NamespacedName, err)
 	}
-	logf.FromContext(ctx).Info("removed the finalizers of a deleted permit", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "finalizers", before.Finalizers)
+	logf.FromContext(ctx).Info("removed the finalizers of a deleted permit", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "finalizers", finalizers)
 	return reconcile.Result{}, nil
 }

@@ -186,7 +186,7 @@ func (h *Handle) acquireOnce(ctx context.Context, wait time.Duration, waited *bo
 		sent := time.Now()
 		var a locks.Acquired
 		var err error
-		if wt, ok := h.t.(waitingTransport); ok && wait > 0 && try == 1 {
+		if wt, ok := h.t.(WaitingTransport); ok && wait > 0 && try == 1 {
 			a, *waited, err = wt.AcquireWaiting(ctx, h.name, h.owner, h.ttlSeconds(), h.limit, wait)
 		}
 		if !*waited || try > 1 {

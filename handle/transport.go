@@ -42,9 +42,11 @@ type kube struct {
 	waker locks.Waker // nil when the client cannot watch
 }
 
-// waitingTransport is a transport whose acquire can wait for a slot to free
-// and be woken when one does, instead of being asked again and again.
-type waitingTransport interface {
+// WaitingTransport is a transport whose acquire can wait for a slot to free
+// and be woken when one does, instead of being asked again and again. Both
+// transports of this package are; Kube can wait only when its client can
+// watch.
+type WaitingTransport interface {
 	// AcquireWaiting is Acquire, waiting up to wait while the lock is held.
 	// ok is false when this transport cannot wait (the caller then polls).
 	AcquireWaiting(ctx context.Context, name, owner string, ttlSeconds int64, limit int, wait time.Duration) (a locks.Acquired, ok bool, err error)

@@ -130,7 +130,7 @@ type admission struct {
 
 func newAdmission(l Limits) *admission {
 	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, perSource: l.MaxCallsPerSource, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
-		decoding: semaphore.NewWeighted(1), callers: counts{n: map[string]int{}}, sources: counts{n: map[string]int{}}}
+		decoding: semaphore.NewWeighted(1)}
 }
 
 // enter admits one call, or answers false when MaxCalls are in progress.
@@ -163,7 +163,7 @@ func (a *admission) enterSource(addr string) (leave func(), ok bool) {
 }
 
 // counts counts what is in progress per key (a caller, an address), and
-// keeps a key only while something of it is.
+// keeps a key only while something of it is. The zero value is ready.
 type counts struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -173,6 +173,9 @@ type counts struct {
 func (c *counts) enter(key string, most int) (leave func(), ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
 	if c.n[key] >= most {
 		return nil, false
 	}

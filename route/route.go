@@ -285,9 +285,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) (int, Caller) {
 		return s.busy(w, r, Caller{}, "too_many_calls", fmt.Sprintf("the route has %d calls in progress", s.cfg.Limits.MaxCalls)), Caller{}
 	}
 	defer leave()
-	leaveSource, ok := s.adm.enterSource(sourceOf(r.RemoteAddr))
+	src := sourceOf(r.RemoteAddr)
+	leaveSource, ok := s.adm.enterSource(src)
 	if !ok {
-		return s.busy(w, r, Caller{}, "too_many_calls_of_source", fmt.Sprintf("%s has %d calls in progress", sourceOf(r.RemoteAddr), s.cfg.Limits.MaxCallsPerSource)), Caller{}
+		return s.busy(w, r, Caller{}, "too_many_calls_of_source", fmt.Sprintf("%s has %d calls in progress", src, s.cfg.Limits.MaxCallsPerSource)), Caller{}
 	}
 	defer leaveSource()
 

@@ -16,7 +16,7 @@ func sourceOf(remote string) string {
 // already has max open, before it reaches the server: one caller cannot
 // hold every connection the route allows, idle or slow.
 func limitPerSource(ln net.Listener, max int) net.Listener {
-	return &perSource{Listener: ln, max: max, open: counts{n: map[string]int{}}}
+	return &perSource{Listener: ln, max: max}
 }
 
 type perSource struct {

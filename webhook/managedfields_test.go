@@ -19,10 +19,7 @@ func TestPermitsAreStoredWithoutManagedFields(t *testing.T) {
 	ns := namespace(t)
 	stored := func(name string) *locksv1alpha1.QueenLock {
 		t.Helper()
-		got := &locksv1alpha1.QueenLock{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err != nil {
-			t.Fatal(err)
-		}
+		got := storedPermit(t, ns, name)
 		if len(got.ManagedFields) > 0 {
 			t.Fatalf("permit %s stored with managedFields %+v", name, got.ManagedFields)
 		}

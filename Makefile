@@ -82,14 +82,14 @@ unit: ## Unit tests alone, no control plane.
 
 .PHONY: bench
 bench: tools ## Throughput, latency, renew load and memory, against a Lease baseline; writes docs/benchmarks.md.
-	go run ./bench -out docs/benchmarks.md
+	go run ./test/bench -out docs/benchmarks.md
 
 CHAOS_DURATION ?= 5m
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
 chaos: tools build ## Fault injection for CHAOS_DURATION (5m): kills and pauses, then checks the history; exits 1 on a violation.
-	go build -o $(BIN)/chaos ./cmd/chaos
+	go build -o $(BIN)/chaos ./test/chaos
 	$(BIN)/chaos -duration $(CHAOS_DURATION) -manager $(BIN)/manager $(CHAOS_FLAGS)
 
 include hack/e2e.mk

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/queen-locks/queen-locks/chaos/skewclock"
+	"github.com/queen-locks/queen-locks/internal/skewclock"
 	"github.com/queen-locks/queen-locks/manager"
 )
 

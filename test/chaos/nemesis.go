@@ -1,4 +1,4 @@
-package chaos
+package main
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/queen-locks/queen-locks/chaos/skewclock"
+	"github.com/queen-locks/queen-locks/internal/skewclock"
 )
 
 // Faults the nemesis injects.

@@ -9,7 +9,7 @@
 // was answered, and a watcher records every version of the permit and of the
 // ConfigMap in the order etcd committed them. The checks in check.go compare
 // the two.
-package chaos
+package main
 
 import (
 	"fmt"

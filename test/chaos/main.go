@@ -29,14 +29,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/queen-locks/queen-locks/chaos"
 	"github.com/queen-locks/queen-locks/manager"
 	"github.com/queen-locks/queen-locks/route"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "client" {
-		if err := client(os.Args[2:]); err != nil {
+		if err := runClient(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos client:", err)
 			os.Exit(2)
 		}
@@ -54,15 +53,15 @@ func run() int {
 	gapMax := flag.Duration("gap-max", 3*time.Second, "Longest pause between two faults.")
 	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
 	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
-	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", chaos.Semaphore, chaos.SemaphoreLimit))
+	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", Semaphore, SemaphoreLimit))
 	auth := flag.String("auth", route.AuthToken, "The route's --auth: token (clients send a ServiceAccount token of audience queen-locks) or none.")
 	managerArgs := flag.String("manager-args", "", "More flags for every replica, space-separated (a deliberate bug's, with a manager built with -tags chaosbug).")
 	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
 	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
 	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, removed when the run passes).")
-	faults := flag.String("faults", strings.Join(chaos.Faults, ","), "Faults to inject in turn, comma-separated.")
+	faults := flag.String("faults", strings.Join(Faults, ","), "Faults to inject in turn, comma-separated.")
 	recheck := flag.String("check", "", "Check the history.json of an earlier run again, and run nothing.")
-	roles := flag.String("misbehave", strings.Join(chaos.Roles, ","), "Misbehaving clients to run besides the holders, one process each, comma-separated; empty runs none.")
+	roles := flag.String("misbehave", strings.Join(Roles, ","), "Misbehaving clients to run besides the holders, one process each, comma-separated; empty runs none.")
 	flag.Parse()
 
 	if *recheck != "" {
@@ -80,8 +79,8 @@ func run() int {
 	var kinds []string
 	for _, f := range strings.Split(*faults, ",") {
 		if f = strings.TrimSpace(f); f != "" {
-			if !slices.Contains(chaos.Faults, f) {
-				fmt.Fprintf(os.Stderr, "chaos: unknown fault %q; the faults are %s\n", f, strings.Join(chaos.Faults, ", "))
+			if !slices.Contains(Faults, f) {
+				fmt.Fprintf(os.Stderr, "chaos: unknown fault %q; the faults are %s\n", f, strings.Join(Faults, ", "))
 				return 2
 			}
 			kinds = append(kinds, f)
@@ -90,15 +89,15 @@ func run() int {
 	var misbehave []string
 	for _, r := range strings.Split(*roles, ",") {
 		if r = strings.TrimSpace(r); r != "" {
-			if !slices.Contains(chaos.Roles, r) {
-				fmt.Fprintf(os.Stderr, "chaos: unknown role %q; the misbehaving roles are %s\n", r, strings.Join(chaos.Roles, ", "))
+			if !slices.Contains(Roles, r) {
+				fmt.Fprintf(os.Stderr, "chaos: unknown role %q; the misbehaving roles are %s\n", r, strings.Join(Roles, ", "))
 				return 2
 			}
 			misbehave = append(misbehave, r)
 		}
 	}
 	for i := 0; i < *semaphores; i++ {
-		misbehave = append(misbehave, chaos.RoleSemaphore)
+		misbehave = append(misbehave, RoleSemaphore)
 	}
 	if *auth != route.AuthToken && *auth != route.AuthNone {
 		fmt.Fprintf(os.Stderr, "chaos: -auth %q: want %s or %s\n", *auth, route.AuthToken, route.AuthNone)
@@ -135,7 +134,7 @@ func run() int {
 	logf("seed %d, %d clients, ttl %ds, faults for %s; logs in %s", *seed, *clients, *ttl, *duration, *dir)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := chaos.Run(ctx, chaos.Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Replicas: *replicas, Skew: *skew,
+	res, err := Run(ctx, Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Replicas: *replicas, Skew: *skew,
 		ManagerArgs: strings.Fields(*managerArgs), Auth: *auth, Gap: [2]time.Duration{*gapMin, *gapMax}, Seed: *seed,
 		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Roles: misbehave, Logf: logf})
 	if err != nil {
@@ -162,13 +161,13 @@ func checkAgain(path string) int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	var h chaos.History
+	var h History
 	if err := json.Unmarshal(raw, &h); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: %s: %v\n", path, err)
 		return 2
 	}
 	start := time.Now()
-	res := &chaos.Result{History: h, Report: chaos.Check(h, chaos.CheckTimeout)}
+	res := &Result{History: h, Report: Check(h, CheckTimeout)}
 	printReport(os.Stdout, res, time.Since(start))
 	if len(res.Report.Violations) > 0 {
 		return 1
@@ -177,7 +176,7 @@ func checkAgain(path string) int {
 }
 
 // printReport writes the figures of a run as markdown.
-func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
+func printReport(w io.Writer, res *Result, took time.Duration) {
 	r := res.Report
 	fmt.Fprintf(w, "\n| figure | count |\n| --- | ---: |\n")
 	row := func(name string, n int) { fmt.Fprintf(w, "| %s | %d |\n", name, n) }
@@ -221,7 +220,7 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 	}
 	row("  of them after a foreground or orphan delete", r.Handovers["deleting"])
 	fmt.Fprintf(w, "| longest wait from a lease's end to the next acquire, clients refused meanwhile | %s |\n", time.Duration(r.LongestWait).Round(time.Millisecond))
-	for _, f := range append(chaos.Faults, "manager exited by itself") {
+	for _, f := range append(Faults, "manager exited by itself") {
 		row("fault: "+f, res.Faults[f])
 	}
 	row("lost answers settled from the record", r.Resolved)
@@ -234,27 +233,27 @@ func printReport(w io.Writer, res *chaos.Result, took time.Duration) {
 	}
 }
 
-// client is one client process: it runs until its stdin closes, writing
+// runClient is one client process: it runs until its stdin closes, writing
 // each operation as a JSON line on stdout.
-func client(args []string) error {
+func runClient(args []string) error {
 	fs := flag.NewFlagSet("chaos client", flag.ContinueOnError)
-	c := &chaos.Client{}
+	c := &Client{}
 	fs.IntVar(&c.ID, "id", 0, "This client's number.")
 	routeURL := fs.String("route", "", "URL of the lock route.")
-	fs.StringVar(&c.Namespace, "namespace", chaos.Namespace, "Namespace of the lock and the ConfigMap.")
-	fs.StringVar(&c.Lock, "lock", chaos.Lock, "The lock.")
-	fs.StringVar(&c.Object, "object", chaos.Object, "The guarded ConfigMap.")
+	fs.StringVar(&c.Namespace, "namespace", Namespace, "Namespace of the lock and the ConfigMap.")
+	fs.StringVar(&c.Lock, "lock", Lock, "The lock.")
+	fs.StringVar(&c.Object, "object", Object, "The guarded ConfigMap.")
 	fs.Int64Var(&c.TTL, "ttl", 2, "Lease lifetime in seconds.")
 	seed := fs.Uint64("seed", 1, "Seed of the client's random pauses.")
 	kubeconfig := fs.String("kubeconfig", "", "Kubeconfig of the API server.")
 	tokenFile := fs.String("token-file", "", "File holding the ServiceAccount token to send to the route; empty sends none (--auth=none).")
 	user := fs.String("user", "", "User to act as on the API server (impersonated); empty acts as the kubeconfig's.")
-	fs.StringVar(&c.Role, "role", chaos.RoleHolder, "What the client does: "+strings.Join(append([]string{chaos.RoleHolder}, chaos.Roles...), ", ")+".")
-	fs.StringVar(&c.OtherLock, "other-lock", chaos.OtherLock, "The second lock of the other-lock role.")
+	fs.StringVar(&c.Role, "role", RoleHolder, "What the client does: "+strings.Join(append([]string{RoleHolder}, Roles...), ", ")+".")
+	fs.StringVar(&c.OtherLock, "other-lock", OtherLock, "The second lock of the other-lock role.")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := chaos.ClientREST(*kubeconfig, *user)
+	cfg, err := ClientREST(*kubeconfig, *user)
 	if err != nil {
 		return err
 	}
@@ -264,11 +263,11 @@ func client(args []string) error {
 	if c.Permits, err = ctrlclient.New(cfg, ctrlclient.Options{Scheme: manager.Scheme}); err != nil {
 		return err
 	}
-	c.Route = chaos.RouteTransport(*routeURL, c.Namespace, *tokenFile)
+	c.Route = RouteTransport(*routeURL, c.Namespace, *tokenFile)
 	c.Rand = rand.New(rand.NewPCG(*seed, *seed))
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
-	c.Log = func(op chaos.Op) {
+	c.Log = func(op Op) {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = enc.Encode(op)

@@ -1,4 +1,4 @@
-package chaos
+package main
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/chaos/skewclock"
+	"github.com/queen-locks/queen-locks/internal/skewclock"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/permit"
 	"github.com/queen-locks/queen-locks/route"

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/internal/skewclock"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/internal/skewclock"
 	"github.com/queen-locks/queen-locks/permit"
 	"github.com/queen-locks/queen-locks/route"
 )

@@ -11,17 +11,12 @@ RUN go mod download
 COPY hack/image/go.mod hack/image/go.sum hack/image/
 RUN cd hack/image && go mod download
 COPY api/ api/
-COPY cli/ cli/
 COPY cmd/ cmd/
-COPY controllers/ controllers/
 COPY handle/ handle/
 COPY internal/ internal/
 COPY locks/ locks/
-COPY manager/ manager/
 COPY permit/ permit/
-COPY route/ route/
-COPY webhook/ webhook/
-COPY wire/ wire/
+COPY routeapi/ routeapi/
 COPY hack/image/ hack/image/
 ENV CGO_ENABLED=0
 # The flags of make image, so both give the same binaries.

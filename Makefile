@@ -71,8 +71,8 @@ test: tools verify-gen lint ## Everything CI checks: generated files, vet, gofmt
 	$(MAKE) --no-print-directory chaos CHAOS_DURATION=1m
 
 fuzz: ## Run each fuzz target for FUZZTIME (10s).
-	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./route
-	go test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./route
+	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/route
+	go test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $(FUZZTIME) ./internal/route
 	go test -run '^$$' -fuzz '^FuzzName$$' -fuzztime $(FUZZTIME) ./permit
 
 unit: ## Unit tests alone, no control plane.

@@ -22,7 +22,7 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/internal/route"
 )
 
 func TestInstallIntoARealAPIServerAndKeepTheCRD(t *testing.T) {

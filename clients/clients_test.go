@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/queen-locks/queen-locks/handle"
-	"github.com/queen-locks/queen-locks/route"
-	"github.com/queen-locks/queen-locks/wire"
+	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/routeapi"
 )
 
 // testEnv is what a language's tests need to find the route, in a fresh
@@ -138,11 +138,11 @@ func TestJavaScriptHandle(t *testing.T) {
 
 // seen is what one party saw when it tried a lock.
 type seen struct {
-	Acquired bool          `json:"acquired"`
-	Owner    string        `json:"owner"`
-	Token    uint64        `json:"token"`
-	Reason   string        `json:"reason"`
-	Holders  []wire.Holder `json:"holders"`
+	Acquired bool              `json:"acquired"`
+	Owner    string            `json:"owner"`
+	Token    uint64            `json:"token"`
+	Reason   string            `json:"reason"`
+	Holders  []routeapi.Holder `json:"holders"`
 }
 
 // party holds locks and tries them in one of the four ways.
@@ -212,14 +212,14 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 		}
 	}
 
-	cli := func(t *testing.T, args ...string) wire.Result {
+	cli := func(t *testing.T, args ...string) routeapi.Result {
 		t.Helper()
 		cmd := exec.Command(queenlock, append(args, "--server", base, "-n", ns)...)
 		cmd.Env = environ
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
-		var r wire.Result
+		var r routeapi.Result
 		if jerr := json.Unmarshal(out, &r); jerr != nil {
 			t.Fatalf("queenlock %s: %v, %v: %s %s", strings.Join(args, " "), err, jerr, out, stderr.String())
 		}
@@ -249,7 +249,7 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 				}
 				s := seen{Acquired: ok, Owner: h.Owner(), Reason: h.Reason()}
 				for _, hd := range h.Holders() {
-					s.Holders = append(s.Holders, wire.Holder{Slot: hd.Slot, Owner: hd.Owner, Token: hd.Token})
+					s.Holders = append(s.Holders, routeapi.Holder{Slot: hd.Slot, Owner: hd.Owner, Token: hd.Token})
 				}
 				if ok {
 					_ = h.Release(ctx)

@@ -24,7 +24,7 @@ import (
 
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
-	"github.com/queen-locks/queen-locks/wire"
+	"github.com/queen-locks/queen-locks/routeapi"
 )
 
 // Why a handle lost its lock, as OnLost reports it.
@@ -490,11 +490,11 @@ func (h *Handle) OnRenew(fn func(token uint64)) {
 }
 
 // Guard is the check that fences a write with the current token.
-func (h *Handle) Guard() wire.Guard {
+func (h *Handle) Guard() routeapi.Guard {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return wire.Guard{Op: "check", NS: wire.GuardNamespace, Namespace: h.t.Namespace(),
-		Key: wire.GuardKey(h.name, h.slot), Expect: h.token, Required: true}
+	return routeapi.Guard{Op: "check", NS: routeapi.GuardNamespace, Namespace: h.t.Namespace(),
+		Key: routeapi.GuardKey(h.name, h.slot), Expect: h.token, Required: true}
 }
 
 // Check asks the server whether the handle's token is still the permit's.

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/queen-locks/queen-locks/locks"
-	"github.com/queen-locks/queen-locks/wire"
+	"github.com/queen-locks/queen-locks/routeapi"
 )
 
 // TokenFileEnv names the environment variable that points handles and the
@@ -152,54 +152,54 @@ func (h *httpTransport) token() (string, error) {
 }
 
 // call sends one operation and answers its result.
-func (h *httpTransport) call(ctx context.Context, op map[string]any) (wire.Result, error) {
+func (h *httpTransport) call(ctx context.Context, op map[string]any) (routeapi.Result, error) {
 	body := map[string]any{"operations": []any{op}}
 	if h.o.Namespace != "" {
 		body["namespace"] = h.o.Namespace
 	}
 	raw, err := json.Marshal(body)
 	if err != nil {
-		return wire.Result{}, err
+		return routeapi.Result{}, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(raw))
 	if err != nil {
-		return wire.Result{}, err
+		return routeapi.Result{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	token, err := h.token()
 	if err != nil {
-		return wire.Result{}, err
+		return routeapi.Result{}, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	c, err := h.httpClient()
 	if err != nil {
-		return wire.Result{}, err
+		return routeapi.Result{}, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
 		var cv *tls.CertificateVerificationError
 		if errors.As(err, &cv) {
-			return wire.Result{}, fmt.Errorf("the route's certificate is not trusted (give the CA that signed it as the CA file): %w", err)
+			return routeapi.Result{}, fmt.Errorf("the route's certificate is not trusted (give the CA that signed it as the CA file): %w", err)
 		}
-		return wire.Result{}, err
+		return routeapi.Result{}, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return wire.Result{}, err
+		return routeapi.Result{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e wire.ErrorResponse
+		var e routeapi.ErrorResponse
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == 0 {
-			e.Error = wire.Error{Code: resp.StatusCode, Message: strings.TrimSpace(string(data))}
+			e.Error = routeapi.Error{Code: resp.StatusCode, Message: strings.TrimSpace(string(data))}
 		}
-		return wire.Result{}, &CallError{Code: e.Error.Code, Message: e.Error.Message}
+		return routeapi.Result{}, &CallError{Code: e.Error.Code, Message: e.Error.Message}
 	}
-	var out wire.Response
+	var out routeapi.Response
 	if err := json.Unmarshal(data, &out); err != nil || len(out.Results) != 1 {
-		return wire.Result{}, fmt.Errorf("the route answered something that is not one result: %q", data)
+		return routeapi.Result{}, fmt.Errorf("the route answered something that is not one result: %q", data)
 	}
 	return out.Results[0], nil
 }
@@ -216,7 +216,7 @@ func (h *httpTransport) Acquire(ctx context.Context, name, owner string, ttl int
 	return acquiredOf(r), nil
 }
 
-func acquiredOf(r wire.Result) locks.Acquired {
+func acquiredOf(r routeapi.Result) locks.Acquired {
 	a := locks.Acquired{Acquired: r.Acquired != nil && *r.Acquired, Already: r.Already, Reason: r.Reason}
 	if a.Acquired {
 		a.Permit = permitOf(r)
@@ -307,7 +307,7 @@ func (h *httpTransport) Check(ctx context.Context, name string, slot int, expect
 	return r.OK != nil && *r.OK, nil
 }
 
-func permitOf(r wire.Result) locks.Permit {
+func permitOf(r routeapi.Result) locks.Permit {
 	p := locks.Permit{Owner: r.Owner}
 	if r.Slot != nil {
 		p.Slot = *r.Slot
@@ -319,7 +319,7 @@ func permitOf(r wire.Result) locks.Permit {
 	return p
 }
 
-func holderOf(w wire.Holder) locks.Holder {
+func holderOf(w routeapi.Holder) locks.Holder {
 	h := locks.Holder{Slot: w.Slot, Owner: w.Owner, Token: w.Token}
 	h.Since, _ = time.Parse(time.RFC3339Nano, w.Since)
 	h.RenewedAt, _ = time.Parse(time.RFC3339Nano, w.RenewedAt)

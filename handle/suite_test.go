@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/internal/route"
 )
 
 var env *controlplane.Env

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/queen-locks/queen-locks/handle"
+	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/testcert"
-	"github.com/queen-locks/queen-locks/route"
 )
 
 // newCA is a certificate authority made for one test.

@@ -8,8 +8,8 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/locks"
-	"github.com/queen-locks/queen-locks/wake"
 )
 
 // Transport carries lock operations to the server. HTTP goes through the
@@ -31,7 +31,7 @@ type Transport interface {
 func Kube(c client.Client, namespace string) Transport {
 	k := &kube{l: locks.New(c, clock.RealClock{}), ns: namespace}
 	if w, ok := c.(client.WithWatch); ok {
-		k.waker = wake.Watcher{C: w}
+		k.waker = waiters.Watcher{C: w}
 	}
 	return k
 }

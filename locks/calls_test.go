@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
-	"github.com/queen-locks/queen-locks/wake"
 )
 
 // counting is the real API server, with a count of the calls made to it.
@@ -270,7 +270,7 @@ func TestAWaiterMakesNoCallsWhileNothingChanges(t *testing.T) {
 		t.Fatal(a, err)
 	}
 	c := &counting{Client: env.Client}
-	hub := wake.NewHub(10, 0, nil)
+	hub := waiters.NewHub(10, 0, nil)
 	got, err := locks.New(c, nil).Acquire(ctx, ns, "quiet", "b", 60, 1, locks.WaitUpTo(1500*time.Millisecond, hub))
 	if err != nil || got.Acquired || got.Reason != locks.ReasonHeld {
 		t.Fatalf("answer %+v %v", got, err)

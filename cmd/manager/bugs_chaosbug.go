@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/queen-locks/queen-locks/manager"
+	"github.com/queen-locks/queen-locks/internal/manager"
 )
 
 // Deliberate bugs, for showing that make chaos catches them

@@ -2,7 +2,7 @@
 
 package main
 
-import "github.com/queen-locks/queen-locks/manager"
+import "github.com/queen-locks/queen-locks/internal/manager"
 
 // testBugs does nothing: the deliberate bugs make chaos is checked against
 // exist only in a build with the chaosbug tag (bugs_chaosbug.go).

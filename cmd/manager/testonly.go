@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/skewclock"
-	"github.com/queen-locks/queen-locks/manager"
 )
 
 // Settings for make chaos alone (docs/safety.md). They are left out of

@@ -6,7 +6,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/queen-locks/queen-locks/cli"
+	"github.com/queen-locks/queen-locks/internal/cli"
 )
 
 func main() {

@@ -30,10 +30,10 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/queen-locks/queen-locks/internal/manager"
+	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/locks"
-	"github.com/queen-locks/queen-locks/manager"
-	"github.com/queen-locks/queen-locks/route"
-	"github.com/queen-locks/queen-locks/wake"
 )
 
 // Options choose what the manager runs.
@@ -83,7 +83,7 @@ type Env struct {
 	// controller deletes, only this long after a permit's expireTime.
 	Grace time.Duration
 	// Waker wakes waiting acquires of the routes started here.
-	Waker *wake.Hub
+	Waker *waiters.Hub
 	stop  context.CancelFunc
 	done  chan struct{}
 	err   error
@@ -183,7 +183,7 @@ func Start(o Options) (*Env, error) {
 	e.Manager = mgr
 	// The routes tests start wake their waiting acquires from the
 	// manager's watch, as the manager's own route does.
-	if e.Waker, err = wake.ForManager(mgr, o.ExpiryGrace, wake.DefaultMaxWaiters); err != nil {
+	if e.Waker, err = waiters.ForManager(mgr, o.ExpiryGrace, waiters.DefaultMaxWaiters); err != nil {
 		return fail(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -21,7 +21,7 @@ import (
 
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/internal/route"
 )
 
 // callPath is one way of reaching the locks.

@@ -30,8 +30,8 @@ import (
 
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/manager"
-	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/internal/manager"
+	"github.com/queen-locks/queen-locks/internal/route"
 )
 
 func main() {

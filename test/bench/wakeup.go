@@ -13,8 +13,8 @@ import (
 
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/locks"
-	"github.com/queen-locks/queen-locks/route"
 )
 
 // The wake-up rows measure how long a lock sits free while somebody waits

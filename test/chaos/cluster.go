@@ -24,9 +24,9 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/skewclock"
 	"github.com/queen-locks/queen-locks/permit"
-	"github.com/queen-locks/queen-locks/route"
 )
 
 // cluster is the run's processes.

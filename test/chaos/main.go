@@ -29,8 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/queen-locks/queen-locks/manager"
-	"github.com/queen-locks/queen-locks/route"
+	"github.com/queen-locks/queen-locks/internal/manager"
+	"github.com/queen-locks/queen-locks/internal/route"
 )
 
 func main() {

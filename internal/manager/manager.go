@@ -1,0 +1,224 @@
+// Package manager wires the operator together: the expiry controller, the
+// admission webhooks, the HTTP route and their metrics, on one
+// controller-runtime manager. cmd/manager and the local control plane of
+// `make dev` both call it, so they run the same thing.
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/internal/waiters"
+	"github.com/queen-locks/queen-locks/internal/webhook"
+	"github.com/queen-locks/queen-locks/locks"
+)
+
+// MinServerVersion is the oldest Kubernetes whose resourceVersions are
+// comparable integers (KEP-5504). On anything older a token could not be
+// compared, so the manager does not start.
+var MinServerVersion = version.MustParseGeneric("1.35.0")
+
+// Scheme holds the types the manager reads and writes.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(locksv1alpha1.AddToScheme(Scheme))
+}
+
+// Options are the manager's settings; cmd/manager maps its flags onto them.
+type Options struct {
+	MetricsAddr             string
+	ProbeAddr               string
+	WebhookHost             string
+	WebhookPort             int
+	CertDir                 string
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	ExpiryGrace             time.Duration
+	Clock                   clock.PassiveClock
+
+	// RouteAddr is where the HTTP route listens; empty runs no route.
+	RouteAddr string
+	// Auth is route.AuthToken or route.AuthNone.
+	Auth string
+	// DefaultNamespace is the namespace of calls that name none, with route.AuthNone.
+	DefaultNamespace string
+	// RouteAudiences are the audiences a caller's token may carry, with
+	// route.AuthToken; route.Audience when empty.
+	RouteAudiences []string
+	// RouteTLSCertDir holds tls.crt and tls.key for the route; empty serves
+	// plain HTTP.
+	RouteTLSCertDir string
+	// RouteLimits bound slow and large calls; route.DefaultLimits when zero.
+	RouteLimits route.Limits
+	// MaxWaiters bounds the acquires that wait (waitSeconds) at once on
+	// this replica; half the route's MaxCalls when 0.
+	MaxWaiters int
+
+	// SkipNameValidation lets a process run more than one manager (tests
+	// that need a second control plane); a real manager runs alone.
+	SkipNameValidation bool
+	// NoExpiry runs no expiry controller, for tests that take expired
+	// permits over by hand and must not race it.
+	NoExpiry bool
+}
+
+// New checks the API server's version and builds a manager with every part
+// registered. The caller starts it.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.ExpiryGrace < 0 {
+		// A negative grace deletes permits before their lease ends: the
+		// next acquire would hand the lock over while its holder may still
+		// be working.
+		return nil, fmt.Errorf("--expiry-grace is %s: it must not be negative", o.ExpiryGrace)
+	}
+	if err := CheckServerVersion(cfg); err != nil {
+		return nil, err
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir}),
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "queen-locks-expiry.locks.queen.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Releasing the lease on a clean stop lets the next replica take
+		// expiry over at once instead of after the lease duration.
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if !o.NoExpiry {
+		meta, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating the metadata client: %w", err)
+		}
+		core, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating the core client: %w", err)
+		}
+		expiry := &controller.Expiry{
+			Client:   mgr.GetClient(),
+			Clock:    o.Clock,
+			Grace:    o.ExpiryGrace,
+			Recorder: mgr.GetEventRecorder("queen-locks"),
+			Pods:     controller.NewPods(meta, core),
+		}
+		if err := expiry.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the expiry controller: %w", err)
+		}
+		if err := (&controller.Deletion{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the deletion controller: %w", err)
+		}
+	}
+	if err := (&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the permit webhook: %w", err)
+	}
+	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
+	if err := metrics.Registry.Register(&controller.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
+		var dup prometheus.AlreadyRegisteredError
+		if !errors.As(err, &dup) || !o.SkipNameValidation {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	if o.RouteAddr != "" {
+		limits := o.RouteLimits
+		if limits == (route.Limits{}) {
+			limits = route.DefaultLimits()
+		}
+		if o.MaxWaiters == 0 {
+			// Waiting calls hold call slots: leave half for the rest.
+			o.MaxWaiters = limits.MaxCalls / 2
+		}
+		if o.MaxWaiters >= limits.MaxCalls {
+			return nil, fmt.Errorf("--route-max-waiters is %d: it must be below --route-max-calls (%d), or waiting calls could take every call slot", o.MaxWaiters, limits.MaxCalls)
+		}
+		hub, err := waiters.ForManager(mgr, o.ExpiryGrace, o.MaxWaiters)
+		if err != nil {
+			return nil, err
+		}
+		srv, err := route.New(route.Config{
+			Addr:             o.RouteAddr,
+			Auth:             o.Auth,
+			DefaultNamespace: o.DefaultNamespace,
+			Audiences:        o.RouteAudiences,
+			TLSCertDir:       o.RouteTLSCertDir,
+			Limits:           o.RouteLimits,
+			Waker:            hub,
+			REST:             cfg,
+			Scheme:           Scheme,
+			Mapper:           mgr.GetRESTMapper(),
+			Clock:            o.Clock,
+			Log:              ctrl.Log.WithName("route"),
+			Locks: []locks.Option{
+				locks.WithGrace(o.ExpiryGrace),
+				locks.WithVersions(locks.CachedVersions(mgr.GetCache())),
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(srv); err != nil {
+			return nil, fmt.Errorf("adding the route: %w", err)
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// CheckServerVersion refuses an API server older than MinServerVersion.
+func CheckServerVersion(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating discovery client: %w", err)
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("reading the API server's version: %w", err)
+	}
+	return checkVersion(info.GitVersion)
+}
+
+func checkVersion(gitVersion string) error {
+	v, err := version.ParseGeneric(gitVersion)
+	if err != nil {
+		return fmt.Errorf("reading the API server's version %q: %w", gitVersion, err)
+	}
+	if v.LessThan(MinServerVersion) {
+		return fmt.Errorf("the API server is Kubernetes %s; queen-locks needs %s or later, where resourceVersions are comparable integers, and will not hand out tokens it cannot compare", gitVersion, MinServerVersion)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package waiters
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// DefaultMaxWaiters bounds the calls one replica keeps waiting at once.
+const DefaultMaxWaiters = 1000
+
+// ForManager makes a hub fed by the manager's informer of permits, which
+// every replica runs (the route serves on every replica, not only on the
+// leader), and adds the feed to the manager.
+func ForManager(mgr manager.Manager, grace time.Duration, max int) (*Hub, error) {
+	c := mgr.GetCache()
+	h := NewHub(max, grace, func(ns, lock string) []locksv1alpha1.QueenLock {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var list locksv1alpha1.QueenLockList
+		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
+			return nil
+		}
+		return list.Items
+	})
+	if err := mgr.Add(feed{h: h, c: c}); err != nil {
+		return nil, fmt.Errorf("adding the wake-up feed: %w", err)
+	}
+	return h, nil
+}
+
+type feed struct {
+	h *Hub
+	c cache.Cache
+}
+
+// NeedLeaderElection is false: every replica's waiters need waking.
+func (f feed) NeedLeaderElection() bool { return false }
+
+func (f feed) Start(ctx context.Context) error {
+	inf, err := f.c.GetInformer(ctx, &locksv1alpha1.QueenLock{})
+	if err != nil {
+		return fmt.Errorf("watching permits for waiters: %w", err)
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*locksv1alpha1.QueenLock); ok {
+				f.h.Seen(p)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if p, ok := obj.(*locksv1alpha1.QueenLock); ok {
+				f.h.Seen(p)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*locksv1alpha1.QueenLock); ok {
+				f.h.Gone(p)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching permits for waiters: %w", err)
+	}
+	<-ctx.Done()
+	_ = inf.RemoveEventHandler(reg)
+	return nil
+}

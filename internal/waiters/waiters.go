@@ -1,0 +1,272 @@
+// Package waiters wakes acquires that wait for a permit of a lock to free: on
+// the delete of a permit, and when a permit reaches its expireTime plus the
+// skew grace, as a watch of permits reports them. Waiting costs the API
+// server nothing while nothing changes.
+//
+// Waking does not stampede. Each free slot wakes one waiter, the one that
+// has waited longest on this replica. A woken waiter that loses its try to
+// somebody else does not wake the next one: the slot is taken, and another
+// try would only cost the API server a write that must fail. It passes the
+// wake on only to a waiter whose limit reaches further than its own, which
+// may find a slot it could not. A slot that frees while every waiter is
+// already trying is not forgotten: the first try to end tries again.
+// Across replicas there is no order: each wakes its own waiters.
+package waiters
+
+import (
+	"sync"
+	"time"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
+)
+
+// Lister lists the permits of a lock as a watch's cache has them, to learn
+// their expiry when the lock gets its first waiter.
+type Lister func(ns, lock string) []locksv1alpha1.QueenLock
+
+// Hub holds the waiters of one replica. Feed it every permit event with
+// Seen and Gone.
+type Hub struct {
+	max    int
+	grace  time.Duration
+	lister Lister
+
+	mu      sync.Mutex
+	waiting int
+	locks   map[key]*queue
+}
+
+type key struct{ ns, lock string }
+
+// queue is the waiters of one lock, longest waiting first, and a timer per
+// permit of the lock that fires at its expireTime plus the grace.
+type queue struct {
+	waiters []*Waiter
+	timers  map[string]*time.Timer // by permit name
+	// missed counts wakes that found every waiter trying already: a slot
+	// may have freed after those tries read the lock.
+	missed int
+}
+
+// NewHub makes a hub that lets at most max calls wait at once. lister may
+// be nil: then only events after a waiter arrived arm expiry timers.
+func NewHub(max int, grace time.Duration, lister Lister) *Hub {
+	return &Hub{max: max, grace: grace, lister: lister, locks: map[key]*queue{}}
+}
+
+// Waiter is one waiting acquire.
+type Waiter struct {
+	h     *Hub
+	k     key
+	limit int
+	c     chan int // the slot that freed, or -1 when it is not known
+	hot   bool     // woken, and has not yet said how its try went
+	lost  bool     // has lost a try: it sleeps until woken
+}
+
+// C is signalled when a slot may have freed, with that slot when it is
+// known (-1 otherwise): try to acquire, then call Tried.
+func (w *Waiter) C() <-chan int { return w.c }
+
+// Wait queues a waiter for lock in ns, a semaphore of limit. It answers
+// false when the replica already has as many waiting calls as it allows:
+// the caller then answers at once, as without a wait.
+func (h *Hub) Wait(ns, lock string, limit int) (locks.Waiter, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.waiting >= h.max {
+		return nil, false
+	}
+	h.waiting++
+	k := key{ns, lock}
+	q := h.locks[k]
+	fresh := q == nil
+	if fresh {
+		q = &queue{timers: map[string]*time.Timer{}}
+		h.locks[k] = q
+	}
+	w := &Waiter{h: h, k: k, limit: limit, c: make(chan int, 1)}
+	q.waiters = append(q.waiters, w)
+	if fresh && h.lister != nil {
+		// The lister reads a cache, never the API server, so it is cheap
+		// enough to call under the lock.
+		ps := h.lister(ns, lock)
+		for i := range ps {
+			h.armLocked(&ps[i])
+		}
+	}
+	return w, true
+}
+
+// Tried tells the hub how a try went: won, or lost to a holder. A try
+// that failed for another reason is not reported; the waiter's Done then
+// passes its wake on.
+func (w *Waiter) Tried(won bool) {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.locks[w.k]
+	woken := w.hot
+	w.hot, w.lost = false, !won
+	if q == nil {
+		return
+	}
+	if q.missed > 0 {
+		// A slot freed while this try (and every other) was in flight.
+		q.missed--
+		h.wakeLocked(w.k, -1)
+		return
+	}
+	if woken && !won {
+		h.wakeWiderLocked(w.k, w.limit)
+	}
+}
+
+// Done takes the waiter out of the queue. A wake it had not used goes to
+// the next waiter.
+func (w *Waiter) Done() {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.locks[w.k]
+	if q == nil {
+		return
+	}
+	for i, o := range q.waiters {
+		if o == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			h.waiting--
+			break
+		}
+	}
+	if w.hot {
+		w.hot = false
+		h.wakeLocked(w.k, -1)
+	}
+	if len(q.waiters) == 0 {
+		for _, t := range q.timers {
+			t.Stop()
+		}
+		delete(h.locks, w.k)
+	}
+}
+
+// wakeLocked wakes the longest-waiting waiter of k that is not awake
+// already, telling it slot. When every waiter is awake,
+// the wake is counted, for the first try to end.
+func (h *Hub) wakeLocked(k key, slot int) {
+	q := h.locks[k]
+	if q == nil {
+		return
+	}
+	for _, w := range q.waiters {
+		if w.hot {
+			continue
+		}
+		w.signal(slot)
+		return
+	}
+	if q.missed < len(q.waiters) {
+		q.missed++
+	}
+}
+
+// wakeWiderLocked wakes the longest-waiting idle waiter of k whose limit
+// is above limit, if there is one. If the only wider waiters are trying
+// already, their tries may have read the lock before the slot freed: the
+// wake is counted as missed, so the first of them to lose tries again.
+func (h *Hub) wakeWiderLocked(k key, limit int) {
+	q := h.locks[k]
+	trying := false
+	for _, w := range q.waiters {
+		if w.limit <= limit {
+			continue
+		}
+		if !w.hot {
+			w.signal(-1)
+			return
+		}
+		trying = true
+	}
+	if trying && q.missed < len(q.waiters) {
+		q.missed++
+	}
+}
+
+func (w *Waiter) signal(slot int) {
+	w.hot = true
+	select {
+	case w.c <- slot:
+	default:
+	}
+}
+
+// Gone reports a permit deleted: its slot is free.
+func (h *Hub) Gone(p *locksv1alpha1.QueenLock) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := key{p.Namespace, p.Spec.Lock}
+	if q := h.locks[k]; q != nil {
+		if t := q.timers[p.Name]; t != nil {
+			t.Stop()
+			delete(q.timers, p.Name)
+		}
+		h.wakeLocked(k, int(p.Spec.Slot))
+	}
+}
+
+// Seen reports a permit created or written: its slot frees at its
+// expireTime plus the grace, unless it is renewed or deleted first. A
+// permit being deleted is as good as gone.
+func (h *Hub) Seen(p *locksv1alpha1.QueenLock) {
+	if !p.DeletionTimestamp.IsZero() {
+		h.Gone(p)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armLocked(p)
+}
+
+func (h *Hub) armLocked(p *locksv1alpha1.QueenLock) {
+	k := key{p.Namespace, p.Spec.Lock}
+	q := h.locks[k]
+	if q == nil || p.Spec.ExpireTime == nil {
+		return
+	}
+	if t := q.timers[p.Name]; t != nil {
+		t.Stop()
+	}
+	name, slot := p.Name, int(p.Spec.Slot)
+	q.timers[name] = time.AfterFunc(time.Until(p.Spec.ExpireTime.Add(h.grace)), func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if q := h.locks[k]; q != nil {
+			delete(q.timers, name)
+			h.wakeLocked(k, slot)
+		}
+	})
+}
+
+// Asleep is how many waiters have lost a try and wait for a wake now.
+func (h *Hub) Asleep() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, q := range h.locks {
+		for _, w := range q.waiters {
+			if w.lost && !w.hot {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Waiting is how many calls wait now.
+func (h *Hub) Waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.waiting
+}

@@ -1,0 +1,229 @@
+package waiters
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
+)
+
+func signalled(w interface{ C() <-chan int }) bool {
+	select {
+	case <-w.C():
+		return true
+	default:
+		return false
+	}
+}
+
+func permitOf(lock string, expires time.Time) *locksv1alpha1.QueenLock {
+	e := metav1.NewMicroTime(expires)
+	return &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: lock + ".0"},
+		Spec: locksv1alpha1.QueenLockSpec{Lock: lock, ExpireTime: &e}}
+}
+
+func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	first, _ := h.Wait("ns", "l", 1)
+	second, _ := h.Wait("ns", "l", 1)
+	other, _ := h.Wait("ns", "other", 1)
+	h.Gone(permitOf("l", time.Now()))
+	if !signalled(first) || signalled(second) || signalled(other) {
+		t.Fatal("want the first waiter of the lock woken, and no other")
+	}
+	// It lost to somebody else: the slot is taken, nobody else is woken.
+	first.Tried(false)
+	if signalled(second) || signalled(first) {
+		t.Fatal("a lost try passed the wake on")
+	}
+	// The next free slot wakes the first again, the longest waiting.
+	h.Gone(permitOf("l", time.Now()))
+	if !signalled(first) || signalled(second) {
+		t.Fatal("want the first waiter woken again")
+	}
+	first.Tried(true)
+	first.Done()
+	if signalled(second) {
+		t.Fatal("a win woke another waiter")
+	}
+	// A woken waiter that leaves without saying how its try went (it
+	// failed, or the caller left) passes its wake on.
+	third, _ := h.Wait("ns", "l", 1)
+	h.Gone(permitOf("l", time.Now()))
+	if !signalled(second) {
+		t.Fatal("second not woken")
+	}
+	second.Done()
+	if !signalled(third) {
+		t.Fatal("an unused wake was lost")
+	}
+	third.Done()
+	other.Done()
+	if h.Waiting() != 0 || len(h.locks) != 0 {
+		t.Fatalf("%d waiting, %d locks kept", h.Waiting(), len(h.locks))
+	}
+}
+
+func TestASlotFreedWhileEveryWaiterTriesIsNotLost(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	w, _ := h.Wait("ns", "l", 1)
+	h.Gone(permitOf("l", time.Now()))
+	if !signalled(w) {
+		t.Fatal("not woken")
+	}
+	// While its try is in flight, another permit goes: nobody is idle.
+	h.Gone(permitOf("l", time.Now()))
+	w.Tried(false)
+	if !signalled(w) {
+		t.Fatal("the wake that came during the try was lost")
+	}
+	w.Tried(false)
+	if signalled(w) {
+		t.Fatal("one missed wake woke twice")
+	}
+	w.Done()
+}
+
+func TestALostTryWakesOnlyAWiderWaiter(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	narrow, _ := h.Wait("ns", "s", 2)
+	same, _ := h.Wait("ns", "s", 2)
+	wide, _ := h.Wait("ns", "s", 4)
+	h.Gone(permitOf("s", time.Now()))
+	if !signalled(narrow) {
+		t.Fatal("the longest waiter not woken")
+	}
+	// Slots 0 and 1 are held; the freed slot may be beyond its limit.
+	narrow.Tried(false)
+	if signalled(same) || !signalled(wide) {
+		t.Fatal("want the wake passed to the waiter of a larger limit only")
+	}
+	wide.Tried(false)
+	if signalled(same) || signalled(narrow) {
+		t.Fatal("a lost try of the widest waiter woke somebody")
+	}
+	// A lost first try, not woken by anything, wakes nobody.
+	late, _ := h.Wait("ns", "s", 1)
+	late.Tried(false)
+	if signalled(wide) || signalled(same) {
+		t.Fatal("a first try woke somebody")
+	}
+	for _, w := range []interface{ Done() }{narrow, same, wide, late} {
+		w.Done()
+	}
+}
+
+func TestCapAndExpiryTimer(t *testing.T) {
+	h := NewHub(1, 10*time.Millisecond, nil)
+	w, ok := h.Wait("ns", "l", 1)
+	if !ok {
+		t.Fatal("refused under the cap")
+	}
+	if _, ok := h.Wait("ns", "l", 1); ok {
+		t.Fatal("admitted past the cap")
+	}
+	h.Seen(permitOf("l", time.Now().Add(20*time.Millisecond)))
+	select {
+	case <-w.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not woken at expireTime plus the grace")
+	}
+	w.Done()
+}
+
+func TestAWakeNamesTheSlotThatFreed(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	w, _ := h.Wait("ns", "s", 4)
+	p := permitOf("s", time.Now())
+	p.Spec.Slot = 2
+	h.Gone(p)
+	select {
+	case slot := <-w.C():
+		if slot != 2 {
+			t.Fatalf("woken with slot %d, want 2", slot)
+		}
+	default:
+		t.Fatal("not woken")
+	}
+	w.Done()
+}
+
+func slotOf(lock string, slot int) *locksv1alpha1.QueenLock {
+	p := permitOf(lock, time.Now().Add(time.Hour))
+	p.Name = fmt.Sprintf("%s.%d", lock, slot)
+	p.Spec.Slot = int32(slot)
+	return p
+}
+
+// A narrow waiter woken by a slot beyond its limit passes the wake to a
+// wider waiter; if that one is trying already (on a read from before the
+// slot freed), the wake is kept for when its try ends.
+func TestAWakeForAWiderWaiterThatIsTryingIsKept(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	n, _ := h.Wait("ns", "s", 1)
+	w, _ := h.Wait("ns", "s", 3)
+	n.Tried(false)
+	w.Tried(false)
+	h.Gone(slotOf("s", 1))
+	if !signalled(n) {
+		t.Fatal("n not woken")
+	}
+	n.Tried(false)
+	if !signalled(w) {
+		t.Fatal("w not woken")
+	}
+	// Somebody else took slot 1; before w's try ends, slot 2 frees.
+	h.Gone(slotOf("s", 2))
+	if !signalled(n) {
+		t.Fatal("n not woken by slot 2")
+	}
+	n.Tried(false) // slot 0 is held; w is trying
+	w.Tried(false) // its read was from before slot 2 freed
+	awakeUntilTheWideOneTries(t, n, w)
+}
+
+// A wake that came while every waiter was trying is spent on the longest
+// waiter, which may be too narrow to see the slot: it is then passed on
+// once the wider one's try ends.
+func TestAMissedWakeReachesTheWiderWaiter(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	n, _ := h.Wait("ns", "s", 1)
+	w, _ := h.Wait("ns", "s", 3)
+	n.Tried(false)
+	w.Tried(false)
+	h.Gone(slotOf("s", 0))
+	h.Gone(slotOf("s", 1))
+	if !signalled(n) || !signalled(w) {
+		t.Fatal("not both woken")
+	}
+	h.Gone(slotOf("s", 2)) // every waiter is trying: missed
+	n.Tried(false)
+	if !signalled(n) {
+		t.Fatal("n not woken again")
+	}
+	n.Tried(false) // slot 0 is held; w is trying
+	w.Tried(false) // its read was from before slot 2 freed
+	awakeUntilTheWideOneTries(t, n, w)
+}
+
+// awakeUntilTheWideOneTries follows the wakes after both have lost, with
+// the narrow one losing each try, until the wide one is woken; a wake that
+// goes nowhere before that is a lost wake-up.
+func awakeUntilTheWideOneTries(t *testing.T, n, w locks.Waiter) {
+	t.Helper()
+	for range 4 {
+		switch {
+		case signalled(w):
+			return
+		case signalled(n):
+			n.Tried(false)
+		default:
+			t.Fatal("lost wake-up: slot 2 is free and nobody who can take it was woken")
+		}
+	}
+	t.Fatal("the wakes went round without reaching the wide waiter")
+}

@@ -1,0 +1,259 @@
+// Package webhook holds the admission webhooks that make every write to a
+// QueenLock a valid lock transition, whoever sends it: the route, a handle,
+// kubectl or a raw API call.
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// MutatePath is where the webhook is served; config/webhook names the same.
+const MutatePath = "/mutate-locks-queen-dev-v1alpha1-queenlock"
+
+// The re-check after every mutating webhook has run is not a second
+// webhook: it is the CRD's own CEL rules (see api/v1alpha1), evaluated inside
+// the API server without another network round trip per write.
+//
+// +kubebuilder:webhook:path=/mutate-locks-queen-dev-v1alpha1-queenlock,mutating=true,failurePolicy=fail,sideEffects=None,groups=locks.queen.dev,resources=queenlocks,verbs=create;update,versions=v1alpha1,name=mqueenlock.locks.queen.dev,admissionReviewVersions=v1,timeoutSeconds=10
+
+// QueenLock admits writes to permits. Clock is the server's clock: the times
+// it stamps are the only ones the lock trusts.
+type QueenLock struct {
+	Clock clock.PassiveClock
+	// Grace is the clock skew tolerated between replicas: a takeover is
+	// admitted only once a permit expired more than Grace ago, so a replica
+	// whose clock runs ahead does not hand a lock over early. The expiry
+	// controller waits the same.
+	Grace time.Duration
+	// Self is the manager's own username. The route writes permits with
+	// the manager's identity after verifying the caller, and names the
+	// caller's pod as the holder: the manager may name any pod. Set by
+	// SetupWithManager from a SelfSubjectReview when empty.
+	Self    string
+	decoder admission.Decoder
+}
+
+// SetupWithManager registers the webhook on the manager's webhook server.
+func (h *QueenLock) SetupWithManager(mgr ctrl.Manager) error {
+	if h.Clock == nil {
+		h.Clock = clock.RealClock{}
+	}
+	if h.Self == "" {
+		self, err := whoAmI(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		h.Self = self
+	}
+	h.decoder = admission.NewDecoder(mgr.GetScheme())
+	srv := mgr.GetWebhookServer()
+	srv.Register(MutatePath, &admission.Webhook{Handler: admission.HandlerFunc(h.Mutate)})
+	return nil
+}
+
+// whoAmI asks the API server who the manager's own credential is.
+func whoAmI(cfg *rest.Config) (string, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", fmt.Errorf("creating a client to learn the manager's own identity: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("learning the manager's own identity (SelfSubjectReview): %w", err)
+	}
+	return r.Status.UserInfo.Username, nil
+}
+
+// Mutate decides the transition and stamps the server's times on it.
+func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission.Response {
+	old, obj, resp := h.decode(req)
+	if obj == nil {
+		return resp
+	}
+	if old != nil && old.DeletionTimestamp != nil && !slices.Equal(old.Finalizers, obj.Finalizers) && !h.finishesDeletes(req) {
+		return admission.Denied(fmt.Sprintf("permit %s of lock %q is being deleted: only the queen-locks manager removes its finalizers, "+
+			"with an update; a patch that empties them lets kube-apiserver delete whatever permit has the name by then, "+
+			"which may be the next holder's", old.Name, old.Spec.Lock))
+	}
+	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel], dropManagedFields: dropManagedFields(old, obj)}
+	caller := callerOf(req)
+	if req.UserInfo.Username == h.Self {
+		caller = permit.Caller{} // the route, writing for a caller it verified
+	}
+	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, caller)
+	if err != nil {
+		return deny(err)
+	}
+	if !stamped {
+		if sent.dropManagedFields {
+			// A write to a permit being deleted that changes nothing but
+			// managedFields then changes nothing at all, and is not stored.
+			return admission.Patched("", removeManagedFields)
+		}
+		return admission.Allowed("")
+	}
+	return admission.Patched("", stampPatch(sent, obj)...)
+}
+
+// finishesDeletes is whether req may remove the finalizers of a permit
+// being deleted: only when the manager itself sends it, which it does with
+// an update (controller.Deletion). When a write empties the finalizers,
+// kube-apiserver deletes the object under the name in a second step, with
+// the request's preconditions: an update carries the object's UID and so
+// deletes only that permit; a patch (the garbage collector's, or
+// kubectl's) carries none, and racing the manager's own removal it can
+// delete a permit created since under the same name. Admission cannot tell
+// a patch from an update (both arrive as UPDATE with UpdateOptions), so the
+// rule is by identity. The garbage collector retries a refused patch until
+// the permit is gone.
+func (h *QueenLock) finishesDeletes(req admission.Request) bool {
+	return req.UserInfo.Username == h.Self
+}
+
+// sentFields are the parts of a permit that Stamp may change, as the caller
+// sent them.
+type sentFields struct {
+	labels            bool // the object had a labels map
+	label             string
+	dropManagedFields bool
+}
+
+var removeManagedFields = jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/metadata/managedFields"}
+
+// dropManagedFields tells whether the webhook removes the managedFields of
+// a write (see stampPatch). It keeps them on a permit that somebody
+// server-side applies (kubectl apply --server-side, a GitOps tool): without
+// its record an applier's next apply, a renew with a new TTL say, would
+// conflict with "before-first-apply" over its own fields. A permit being
+// deleted keeps none: nothing will apply it again.
+func dropManagedFields(old, obj *locksv1alpha1.QueenLock) bool {
+	if len(obj.ManagedFields) == 0 {
+		return false
+	}
+	if old != nil && old.DeletionTimestamp != nil {
+		return true
+	}
+	return !slices.ContainsFunc(obj.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
+		return e.Operation == metav1.ManagedFieldsOperationApply
+	})
+}
+
+// stampPatch is the JSON patch from what the caller sent to what Stamp made
+// of it: the lock label and the three times (always written, so they are
+// stored in one format whatever the caller sent), and no managedFields
+// unless somebody server-side applies the permit (dropManagedFields).
+//
+// Every field of a permit is the lock's, written by lock transitions only,
+// so the record of which client last set which field tells nobody
+// anything; but kube-apiserver pays for it on every write and read of a
+// permit: it is nearly half the stored object, decoded and re-encoded with
+// the rest of the metadata for each request, each watch event and each
+// informer. Removing it here stores permits without it, and a later update
+// of an object without managedFields skips the field manager altogether
+// (it tracks fields again only after a server-side apply). It is written
+// out rather than found by serialising the stamped object and diffing it
+// with the request, which costs a marshal, two parses and a diff on every
+// permit write.
+func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonPatchOperation {
+	var ops []jsonpatch.JsonPatchOperation
+	add := func(path string, v any) {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: path, Value: v})
+	}
+	switch value := obj.Labels[permit.LockLabel]; {
+	case !sent.labels:
+		add("/metadata/labels", obj.Labels)
+	case sent.label != value:
+		add(pointer("metadata", "labels", permit.LockLabel), value)
+	}
+	if sent.dropManagedFields {
+		ops = append(ops, removeManagedFields)
+	}
+	add("/spec/acquireTime", obj.Spec.AcquireTime)
+	add("/spec/renewTime", obj.Spec.RenewTime)
+	add("/spec/expireTime", obj.Spec.ExpireTime)
+	return ops
+}
+
+// Keys of the user info extra that kube-apiserver fills in for a
+// ServiceAccount token bound to a pod.
+const (
+	podNameExtra = "authentication.kubernetes.io/pod-name"
+	podUIDExtra  = "authentication.kubernetes.io/pod-uid"
+)
+
+// callerOf is the pod the request's credential is bound to, if any.
+func callerOf(req admission.Request) permit.Caller {
+	first := func(key string) string {
+		if v := req.UserInfo.Extra[key]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	return permit.Caller{PodName: first(podNameExtra), PodUID: first(podUIDExtra)}
+}
+
+func (h *QueenLock) decode(req admission.Request) (old, obj *locksv1alpha1.QueenLock, resp admission.Response) {
+	switch req.Operation {
+	case admissionv1.Create, admissionv1.Update:
+	default:
+		return nil, nil, admission.Allowed("")
+	}
+	obj = &locksv1alpha1.QueenLock{}
+	if err := h.decoder.DecodeRaw(req.Object, obj); err != nil {
+		return nil, nil, admission.Errored(http.StatusBadRequest, err)
+	}
+	if req.Operation == admissionv1.Update {
+		old = &locksv1alpha1.QueenLock{}
+		if err := h.decoder.DecodeRaw(req.OldObject, old); err != nil {
+			return nil, nil, admission.Errored(http.StatusBadRequest, err)
+		}
+	}
+	return old, obj, resp
+}
+
+// deny turns a refusal into an admission denial. A lost race is a 409 whose
+// Status reason is the contract's reason (held or lost), so that callers can
+// tell it from an invalid object, which is a 422 naming each field.
+func deny(err error) admission.Response {
+	var r *permit.Refusal
+	if !errors.As(err, &r) {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	status := metav1.Status{
+		Status:  metav1.StatusFailure,
+		Message: r.Error(),
+		Code:    http.StatusUnprocessableEntity,
+		Reason:  metav1.StatusReasonInvalid,
+		Details: &metav1.StatusDetails{Group: locksv1alpha1.GroupVersion.Group, Kind: "QueenLock"},
+	}
+	if r.Reason != "" {
+		status.Code = http.StatusConflict
+		status.Reason = metav1.StatusReason(r.Reason)
+	}
+	for _, e := range r.Errs {
+		status.Details.Causes = append(status.Details.Causes, metav1.StatusCause{
+			Type: metav1.CauseType(e.Type), Message: e.ErrorBody(), Field: e.Field,
+		})
+	}
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
+}

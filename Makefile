@@ -81,8 +81,8 @@ unit: ## Unit tests alone, no control plane.
 ##@ Measure
 
 .PHONY: bench
-bench: tools ## Throughput, latency, renew load and memory, against a Lease baseline; writes docs/benchmarks.md.
-	go run ./test/bench -out docs/benchmarks.md
+bench: tools ## Throughput, latency, renew load and memory, against a Lease baseline; writes docs/development/benchmarks.md.
+	go run ./test/bench -out docs/development/benchmarks.md
 
 CHAOS_DURATION ?= 5m
 CHAOS_FLAGS ?=

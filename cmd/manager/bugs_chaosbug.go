@@ -23,7 +23,7 @@ import (
 )
 
 // Deliberate bugs, for showing that make chaos catches them
-// (docs/safety.md). Only a manager built with -tags chaosbug has them.
+// (docs/development/safety.md). Only a manager built with -tags chaosbug has them.
 var testBug = flag.String("test-bug", "", "TEST ONLY (make chaos, chaosbug build): put in a deliberate bug: no-grace, fourth-holder or rogue-expiry.")
 
 func testBugs(o *manager.Options) error {

@@ -10,7 +10,7 @@ import (
 	"github.com/queen-locks/queen-locks/internal/skewclock"
 )
 
-// Settings for make chaos alone (docs/safety.md). They are left out of
+// Settings for make chaos alone (docs/development/safety.md). They are left out of
 // -help, and no deployment sets them.
 var testClockOffsetFile = flag.String("test-clock-offset-file", "",
 	"TEST ONLY (make chaos): run the manager's clock (webhook stamps, expiry, route) offset from the machine's by the duration in this file, re-read as it changes.")

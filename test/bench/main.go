@@ -2,9 +2,9 @@
 // side with a baseline measured in the same run: plain coordination.k8s.io
 // Lease create+delete with client-go against the same API server (the same
 // etcd writes, without the webhooks and the route). It prints a markdown
-// table and writes it to docs/benchmarks.md.
+// table and writes it to docs/development/benchmarks.md.
 //
-//	make bench                      # go run ./bench -out docs/benchmarks.md
+//	make bench                      # go run ./bench -out docs/development/benchmarks.md
 //	go run ./bench -duration 20s    # longer throughput rows
 //	go run ./bench -profile DIR     # CPU profiles of the route and kube-apiserver at 8 clients
 package main

@@ -1,6 +1,6 @@
 package main
 
-// notes follow the measured report in docs/benchmarks.md: how to read it,
+// notes follow the measured report in docs/development/benchmarks.md: how to read it,
 // and what the profiles of one run showed. The figures quoted here are
 // from the profiles named; the tables above them are from the run itself.
 const notes = `

@@ -62,7 +62,7 @@ func (k *kube) AcquireWaiting(ctx context.Context, name, owner string, ttl int64
 
 // pod is the holder pod the downward API names, if any.
 func (k *kube) pod() locks.AcquireOption {
-	return locks.HolderPod(os.Getenv("POD_NAME"), os.Getenv("POD_UID"))
+	return locks.HolderPod(os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME"), os.Getenv("POD_UID"))
 }
 
 func (k *kube) Acquire(ctx context.Context, name, owner string, ttl int64, limit int) (locks.Acquired, error) {

@@ -183,11 +183,13 @@ func WaitUpTo(d time.Duration, w Waker) AcquireOption {
 const tryTimeout = 15 * time.Second
 
 // HolderPod records the holder's pod on the permit, so that the permit is
-// freed as soon as that pod is gone. An empty name records none.
-func HolderPod(name, uid string) AcquireOption {
+// freed as soon as that pod is gone. The pod's namespace need not be the
+// permit's; empty means the writer's own pod's namespace (the webhook fills
+// it in). An empty name records none.
+func HolderPod(namespace, name, uid string) AcquireOption {
 	return func(c *acquireConfig) {
 		if name != "" {
-			c.pod = &locksv1alpha1.PodRef{Name: name, UID: uid}
+			c.pod = &locksv1alpha1.PodRef{Namespace: namespace, Name: name, UID: uid}
 		}
 	}
 }
@@ -239,7 +241,10 @@ func (l *Client) acquireOnce(ctx context.Context, a *acquire) (Acquired, error) 
 func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, error) {
 	w, ok := a.waker.Wait(a.ns, a.lock, a.limit)
 	if !ok {
-		return l.acquireOnce(ctx, a)
+		// No room to wait: one try, which a caller going away does not
+		// cut short, so that a permit it won is given back, not left
+		// held until its TTL.
+		return l.try(ctx, a)
 	}
 	defer w.Done()
 	deadline := time.NewTimer(a.wait)
@@ -285,14 +290,20 @@ func (l *Client) try(ctx context.Context, a *acquire) (Acquired, error) {
 func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) {
 	for try := 0; try < l.tries; try++ {
 		got, reason, err := l.create(ctx, a, 0)
-		if err != nil || got != nil || reason != "" {
-			return l.won(got, reason, err)
+		if err != nil || got != nil {
+			return l.won(got, "", err)
 		}
+		// The name exists, or the quota refused the create before the
+		// API server looked for the name: either way the permit may be
+		// there, and who holds it decides the answer.
 		p, err := l.get(ctx, a.ns, a.lock, 0)
 		if err != nil {
 			return Acquired{}, err
 		}
 		if p == nil {
+			if reason == ReasonQuota {
+				return Acquired{Reason: ReasonQuota}, nil
+			}
 			continue // released or being deleted since the create: try again
 		}
 		now := l.clock.Now()
@@ -344,12 +355,16 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 		first = a.freed
 	}
 	got, reason, err := l.create(ctx, a, first)
-	if err != nil || reason != "" {
-		return l.won(nil, reason, err)
+	if err != nil {
+		return Acquired{}, err
 	}
 	if got != nil {
 		return l.settle(ctx, a, got)
 	}
+	// The slot is taken, or the quota refused a new permit: the list
+	// tells whether the owner already holds one, who holds the rest, and
+	// which expired permits can be taken over without a new one.
+	quota := reason == ReasonQuota
 	for try := 0; try < l.tries; try++ {
 		bySlot, err := l.list(ctx, a.ns, a.lock)
 		if err != nil {
@@ -396,13 +411,17 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 			return Acquired{Reason: ReasonHeld, Holders: holders}, nil
 		}
 		for _, slot := range free {
+			if quota {
+				break // a new permit is refused; a takeover is not charged
+			}
 			got, reason, err := l.create(ctx, a, slot)
-			if err != nil || reason != "" {
-				return l.won(nil, reason, err)
+			if err != nil {
+				return Acquired{}, err
 			}
 			if got != nil {
 				return l.settle(ctx, a, got)
 			}
+			quota = reason == ReasonQuota
 		}
 		for _, slot := range takeable {
 			got, err := l.takeOver(ctx, bySlot[slot], a)
@@ -413,6 +432,12 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 				return l.settle(ctx, a, got)
 			}
 		}
+		if quota && len(takeable) == 0 {
+			return Acquired{Reason: ReasonQuota}, nil
+		}
+	}
+	if quota {
+		return Acquired{Reason: ReasonQuota}, nil
 	}
 	return Acquired{Reason: ReasonContended}, nil
 }
@@ -530,7 +555,8 @@ func (l *Client) get(ctx context.Context, ns, lock string, slot int) (*locksv1al
 
 // create acquires a free slot. It answers nil with no reason when the name
 // exists (another caller's create won it), and reason quota when the
-// namespace's ResourceQuota for permits is used up.
+// namespace's ResourceQuota for permits refused it: the quota is checked
+// before the name, so the permit may exist all the same.
 func (l *Client) create(ctx context.Context, a *acquire, slot int) (*locksv1alpha1.QueenLock, string, error) {
 	p := &locksv1alpha1.QueenLock{
 		ObjectMeta: metav1.ObjectMeta{
@@ -690,19 +716,22 @@ func (l *Client) version(ns, name, rv string) (Version, bool) {
 }
 
 func (l *Client) remember(p *locksv1alpha1.QueenLock) {
-	if p.Spec.ExpireTime != nil && p.Spec.AcquireTime != nil {
-		l.answered.put(p.Namespace, p.Name, p.ResourceVersion, Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time}, p.Spec.AcquireTime.Time)
+	if p.Spec.ExpireTime != nil {
+		l.answered.put(p.Namespace, p.Name, p.ResourceVersion, Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time})
 	}
 }
 
 // current reads the permit and answers it when the caller still holds it:
 // not expired, and either the token is current (and the owner, when given,
-// matches) or the owner matches and the token is an earlier version of the
-// same holding, one this client answered itself (an answer that was lost).
-// An owner name alone does not make a stale token current: a process
-// paused through its holding's end, sharing its owner with a later
-// holding, must not be carried onto that holding. It answers nil when the
-// permit is lost to the caller.
+// matches) or the owner matches and the token lies within the current
+// holding, from its first token (recorded on the permit by the webhook at
+// the first renew) to the current one: an earlier renew of the caller's
+// landed and its answer was lost. The permit itself says where the holding
+// began, so every replica answers alike, after restarts too. An owner name
+// alone does not make a stale token current: a process paused through its
+// holding's end, sharing its owner with a later holding, holds a token
+// below that holding's first. It answers nil when the permit is lost to
+// the caller.
 func (l *Client) current(ctx context.Context, ns, lock string, slot int, token uint64, owner string) (*locksv1alpha1.QueenLock, error) {
 	p, err := l.get(ctx, ns, lock, slot)
 	if err != nil || p == nil {
@@ -719,8 +748,7 @@ func (l *Client) current(ctx context.Context, ns, lock string, slot int, token u
 	switch {
 	case token == now && (owner == "" || sameOwner):
 		return p, nil
-	case token < now && sameOwner && p.Spec.AcquireTime != nil &&
-		l.answered.sameHolding(ns, p.Name, strconv.FormatUint(token, 10), p.Spec.AcquireTime.Time):
+	case token < now && sameOwner && p.Spec.FirstToken > 0 && token >= uint64(p.Spec.FirstToken):
 		return p, nil
 	default:
 		return nil, nil

@@ -87,11 +87,14 @@ func ValidateSpec(p *locksv1alpha1.QueenLock) field.ErrorList {
 	return errs
 }
 
-// Caller is who sends a write, as admission reports it: the pod its
-// credential is bound to, when it is bound to one.
+// Caller is who sends a write, as admission reports it.
 type Caller struct {
-	PodName string
-	PodUID  string
+	// Manager is true for the queen-locks manager itself: the route writes
+	// for callers it verified, and names their pods.
+	Manager bool
+	// PodNamespace, PodName and PodUID name the pod the credential is
+	// bound to, when it is bound to one.
+	PodNamespace, PodName, PodUID string
 }
 
 // Stamp decides whether writing obj over old (nil for a create) is a lock
@@ -117,7 +120,11 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	if errs := ValidateSpec(obj); len(errs) > 0 {
 		return false, invalid(errs)
 	}
-	if err := checkHolderPod(obj, caller); err != nil {
+	acquiring := old == nil || obj.Spec.AcquireTime == nil
+	if acquiring {
+		defaultHolderPodNamespace(obj, caller)
+	}
+	if err := checkHolderPod(old, obj, caller); err != nil {
 		return false, err
 	}
 	if old == nil {
@@ -126,6 +133,7 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 		}
 		setLockLabel(obj)
 		stamp(obj, now, true)
+		obj.Spec.FirstToken = 0
 		return true, nil
 	}
 	// Labels are compared as sent, before the lock label is set: an edit of
@@ -140,6 +148,7 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 			return false, heldBy(old)
 		}
 		stamp(obj, now, true)
+		obj.Spec.FirstToken = 0
 		return true, nil
 	}
 	if !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime) {
@@ -150,7 +159,43 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 		return false, err
 	}
 	stamp(obj, now, false)
+	if err := keepFirstToken(old, obj); err != nil {
+		return false, err
+	}
 	return true, nil
+}
+
+// keepFirstToken records, at a holding's first renew, the token its
+// acquire answered (the version being renewed), and keeps it at every
+// later renew: a retried renew or release with any token of the holding,
+// from that one to the current one, is then carried through by any
+// replica, since the permit itself says where the holding began. An
+// acquire or takeover clears it, so a token of an earlier holding is below
+// the first token of every later one.
+func keepFirstToken(old, obj *locksv1alpha1.QueenLock) error {
+	if old.Spec.FirstToken != 0 {
+		obj.Spec.FirstToken = old.Spec.FirstToken
+		return nil
+	}
+	tok, err := Token(old.ResourceVersion)
+	if err != nil {
+		return fmt.Errorf("reading the token of permit %s being renewed: %w", old.Name, err)
+	}
+	obj.Spec.FirstToken = int64(tok)
+	return nil
+}
+
+// defaultHolderPodNamespace fills in the namespace of a holder pod named
+// without one: the writer's own pod's namespace, or else the permit's.
+func defaultHolderPodNamespace(obj *locksv1alpha1.QueenLock, caller Caller) {
+	hp := obj.Spec.HolderPod
+	if hp == nil || hp.Namespace != "" {
+		return
+	}
+	hp.Namespace = obj.Namespace
+	if caller.PodName != "" && caller.PodNamespace != "" {
+		hp.Namespace = caller.PodNamespace
+	}
 }
 
 func setLockLabel(obj *locksv1alpha1.QueenLock) {
@@ -185,17 +230,27 @@ func finishDelete(old, obj *locksv1alpha1.QueenLock) error {
 	return nil
 }
 
-// checkHolderPod refuses a holderPod other than the caller's own pod, when
-// the caller's credential is bound to a pod.
-func checkHolderPod(obj *locksv1alpha1.QueenLock, caller Caller) error {
+// checkHolderPod admits a holderPod only from the pod it names (proven by
+// the pod-bound credential the write is sent with) or from the manager,
+// which names the pod of a caller whose token it verified. Anyone else
+// naming a pod could have a permit freed, or kept, by a pod it does not
+// run in. A renew that leaves the holder pod as it was names nobody new.
+func checkHolderPod(old, obj *locksv1alpha1.QueenLock, caller Caller) error {
 	hp := obj.Spec.HolderPod
-	if hp == nil || caller.PodName == "" {
+	if hp == nil || caller.Manager {
 		return nil
 	}
-	if hp.Name != caller.PodName || (caller.PodUID != "" && hp.UID != caller.PodUID) {
+	if old != nil && obj.Spec.AcquireTime != nil && equality.Semantic.DeepEqual(hp, old.Spec.HolderPod) && caller.PodName == "" {
+		return nil
+	}
+	if caller.PodName == "" {
 		return invalid(field.ErrorList{field.Forbidden(specPath.Child("holderPod"),
-			fmt.Sprintf("names pod %s (uid %s), but the request comes from pod %s (uid %s): a pod may only name itself",
-				hp.Name, hp.UID, caller.PodName, caller.PodUID))})
+			"may be set only by the pod it names, with its pod-bound ServiceAccount token, or by the queen-locks manager for a caller it verified")})
+	}
+	if hp.Name != caller.PodName || hp.Namespace != caller.PodNamespace || (caller.PodUID != "" && hp.UID != caller.PodUID) {
+		return invalid(field.ErrorList{field.Forbidden(specPath.Child("holderPod"),
+			fmt.Sprintf("names pod %s/%s (uid %s), but the request comes from pod %s/%s (uid %s): a pod may only name itself",
+				hp.Namespace, hp.Name, hp.UID, caller.PodNamespace, caller.PodName, caller.PodUID))})
 	}
 	return nil
 }
@@ -232,12 +287,20 @@ func stamp(obj *locksv1alpha1.QueenLock, now time.Time, acquire bool) {
 }
 
 // validateCreateMeta refuses finalizers: a permit that lingers after its
-// delete would keep its name taken, and so its lock, after a release.
+// delete would keep its name taken, and so its lock, after a release. It
+// refuses owner references too: the garbage collector would delete
+// whichever permit has the name when the "owner" goes, a later holder's
+// included, since references stay across holdings.
 func validateCreateMeta(obj *locksv1alpha1.QueenLock) field.ErrorList {
+	var errs field.ErrorList
 	if len(obj.Finalizers) > 0 {
-		return field.ErrorList{field.Forbidden(field.NewPath("metadata", "finalizers"), "a permit may not carry finalizers")}
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "finalizers"), "a permit may not carry finalizers"))
 	}
-	return nil
+	if len(obj.OwnerReferences) > 0 {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "ownerReferences"),
+			"a permit may not have owners: the garbage collector would delete a later holder's permit with them"))
+	}
+	return errs
 }
 
 // validateUpdate refuses every change that is not part of a transition:

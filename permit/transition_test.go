@@ -27,6 +27,7 @@ func stamped(t *testing.T, obj *locksv1alpha1.QueenLock, at time.Time) *locksv1a
 	if _, err := Stamp(nil, obj, at, time.Second, Caller{}); err != nil {
 		t.Fatalf("create: %v", err)
 	}
+	obj.ResourceVersion = "100" // as storage assigns it
 	return obj
 }
 
@@ -132,7 +133,7 @@ func TestStampGraceHolderPodAndDeletion(t *testing.T) {
 	const grace = time.Second
 	held := func() *locksv1alpha1.QueenLock { return stamped(t, lockObj("cron-7", 30), t0) }
 	takeover := func(p *locksv1alpha1.QueenLock) { p.Spec.AcquireTime = nil; p.Spec.Owner = "b" }
-	me := Caller{PodName: "job-x", PodUID: "u1"}
+	me := Caller{PodNamespace: "team-b", PodName: "job-x", PodUID: "u1"}
 	cases := []struct {
 		name       string
 		at         time.Duration
@@ -149,7 +150,23 @@ func TestStampGraceHolderPodAndDeletion(t *testing.T) {
 		}, "invalid"},
 		{"holderPod set on takeover", 31 * time.Second, me, func(p *locksv1alpha1.QueenLock) {
 			takeover(p)
+			p.Spec.HolderPod = &locksv1alpha1.PodRef{Namespace: "team-b", Name: "job-x", UID: "u1"}
+		}, ""},
+		{"holderPod without a namespace is the caller's pod", 31 * time.Second, me, func(p *locksv1alpha1.QueenLock) {
+			takeover(p)
 			p.Spec.HolderPod = &locksv1alpha1.PodRef{Name: "job-x", UID: "u1"}
+		}, ""},
+		{"holderPod of the same name in the permit's namespace", 31 * time.Second, me, func(p *locksv1alpha1.QueenLock) {
+			takeover(p)
+			p.Spec.HolderPod = &locksv1alpha1.PodRef{Namespace: "team-a", Name: "job-x", UID: "u1"}
+		}, "invalid"},
+		{"holderPod named by a caller that is no pod", 31 * time.Second, Caller{}, func(p *locksv1alpha1.QueenLock) {
+			takeover(p)
+			p.Spec.HolderPod = &locksv1alpha1.PodRef{Namespace: "team-b", Name: "job-x", UID: "u1"}
+		}, "invalid"},
+		{"holderPod named by the manager", 31 * time.Second, Caller{Manager: true}, func(p *locksv1alpha1.QueenLock) {
+			takeover(p)
+			p.Spec.HolderPod = &locksv1alpha1.PodRef{Namespace: "team-b", Name: "job-x", UID: "u1"}
 		}, ""},
 		{"holderPod of another pod", 31 * time.Second, me, func(p *locksv1alpha1.QueenLock) {
 			takeover(p)
@@ -194,5 +211,78 @@ func TestStampGraceHolderPodAndDeletion(t *testing.T) {
 	obj.Spec.TTLSeconds = 60
 	if _, err := Stamp(deleting(), obj, t0, grace, Caller{}); reasonOf(err) != ReasonLost {
 		t.Fatalf("renew of a permit being deleted: %v, want lost", err)
+	}
+}
+
+func TestStampDefaultsTheHolderPodNamespace(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		caller Caller
+		want   string
+	}{
+		{"the writer's pod", Caller{PodNamespace: "team-b", PodName: "job-x", PodUID: "u1"}, "team-b"},
+		{"the manager, for a pod it names without one", Caller{Manager: true}, "team-a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := lockObj("cron-7", 30)
+			obj.Spec.HolderPod = &locksv1alpha1.PodRef{Name: "job-x", UID: "u1"}
+			if _, err := Stamp(nil, obj, t0, time.Second, c.caller); err != nil {
+				t.Fatal(err)
+			}
+			if got := obj.Spec.HolderPod.Namespace; got != c.want {
+				t.Fatalf("holderPod.namespace = %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// The first renew of a holding records the token its acquire answered;
+// later renews keep it; a takeover starts a holding without one; whatever a
+// client sends in it is replaced.
+func TestStampRecordsTheHoldingsFirstToken(t *testing.T) {
+	p := stamped(t, lockObj("cron-7", 30), t0)
+	if p.Spec.FirstToken != 0 {
+		t.Fatalf("created with firstToken %d", p.Spec.FirstToken)
+	}
+	renew := func(old *locksv1alpha1.QueenLock, at time.Duration, rv string, forged int64) *locksv1alpha1.QueenLock {
+		t.Helper()
+		obj := old.DeepCopy()
+		obj.Spec.FirstToken = forged
+		if _, err := Stamp(old, obj, t0.Add(at), time.Second, Caller{}); err != nil {
+			t.Fatal(err)
+		}
+		obj.ResourceVersion = rv
+		return obj
+	}
+	p = renew(p, 10*time.Second, "107", 5)
+	if p.Spec.FirstToken != 100 {
+		t.Fatalf("first renew: firstToken %d, want 100 (the acquire's token)", p.Spec.FirstToken)
+	}
+	p = renew(p, 20*time.Second, "130", 120)
+	if p.Spec.FirstToken != 100 {
+		t.Fatalf("second renew: firstToken %d, want 100 kept", p.Spec.FirstToken)
+	}
+	obj := p.DeepCopy()
+	obj.Spec.AcquireTime, obj.Spec.Owner = nil, "b"
+	if _, err := Stamp(p, obj, t0.Add(time.Minute), time.Second, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if obj.Spec.FirstToken != 0 {
+		t.Fatalf("takeover kept firstToken %d of the earlier holding", obj.Spec.FirstToken)
+	}
+	created := lockObj("cron-7", 30)
+	created.Spec.FirstToken = 1
+	stamped(t, created, t0)
+	if created.Spec.FirstToken != 0 {
+		t.Fatalf("create kept the firstToken %d the client sent", created.Spec.FirstToken)
+	}
+}
+
+func TestStampRefusesOwnerReferences(t *testing.T) {
+	obj := lockObj("cron-7", 30)
+	obj.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u"}}
+	_, err := Stamp(nil, obj, t0, time.Second, Caller{})
+	if err == nil || !strings.Contains(err.Error(), "metadata.ownerReferences") {
+		t.Fatalf("create with ownerReferences: %v, want a refusal naming metadata.ownerReferences", err)
 	}
 }

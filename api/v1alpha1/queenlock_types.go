@@ -21,6 +21,8 @@ import (
 // webhook admits such writes only on a permit that is being deleted (the
 // garbage collector removing its finalizer), and refuses them otherwise.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.acquireTime) || !has(self.acquireTime) || self.acquireTime != oldSelf.acquireTime || (has(self.holderPod) ? (has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod) : !has(oldSelf.holderPod))",message="holderPod cannot change on a renew; a takeover replaces it"
+// A renew keeps the holding's first token once the webhook recorded it.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.firstToken) || !has(oldSelf.acquireTime) || !has(self.acquireTime) || self.acquireTime != oldSelf.acquireTime || (has(self.firstToken) && self.firstToken == oldSelf.firstToken)",message="firstToken is stamped by the admission webhook and cannot change within a holding"
 type QueenLockSpec struct {
 	// lock is the name of the lock or semaphore this permit belongs to:
 	// 1 to 256 bytes of UTF-8, no control character and no '#'.
@@ -84,12 +86,31 @@ type QueenLockSpec struct {
 	// free to take over, and the controller deletes it. Stamped by the server.
 	// +optional
 	ExpireTime *metav1.MicroTime `json:"expireTime,omitempty"`
+
+	// firstToken is the first token of the current holding: the token its
+	// acquire answered, recorded by the webhook at the holding's first
+	// renew and cleared by an acquire or takeover. A renew or release whose
+	// answer was lost, retried with a token from firstToken up to the
+	// current one by the same owner, is carried through on whichever
+	// replica the retry reaches; a token of an earlier holding is below it.
+	// Stamped by the server.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	FirstToken int64 `json:"firstToken,omitempty"`
 }
 
-// PodRef names one pod, by name and UID: a pod deleted and created again
-// under the same name is another pod.
+// PodRef names one pod, by namespace, name and UID: a pod deleted and
+// created again under the same name is another pod.
 type PodRef struct {
-	// name is the pod's name, in the permit's namespace.
+	// namespace is the pod's namespace, which need not be the permit's: a
+	// pod of team-b whose ServiceAccount may hold locks in team-a locks
+	// there. The webhook fills in the writer's pod namespace (or, for a
+	// permit written before this field, the permit's own) when it is empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// name is the pod's name.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

@@ -124,10 +124,10 @@ func (r *Expiry) free(ctx context.Context, p *locksv1alpha1.QueenLock, why strin
 	}
 	releases.WithLabelValues(p.Namespace, "pod-gone").Inc()
 	hp := p.Spec.HolderPod
-	logf.FromContext(ctx).Info("holder pod gone: permit freed", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "owner", p.Spec.Owner, "pod", hp.Name, "why", why)
+	logf.FromContext(ctx).Info("holder pod gone: permit freed", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "owner", p.Spec.Owner, "pod", hp.Namespace+"/"+hp.Name, "why", why)
 	if r.Recorder != nil {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "HolderPodGone", "Release",
-			"permit of lock %q slot %d held by %q was freed: its pod %s (uid %s) was %s", p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, hp.Name, hp.UID, why)
+			"permit of lock %q slot %d held by %q was freed: its pod %s/%s (uid %s) was %s", p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, hp.Namespace, hp.Name, hp.UID, why)
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func pod(t *testing.T, ns, name string) *corev1.Pod {
 
 func holdAs(t *testing.T, ns, lock string, p *corev1.Pod) locks.Acquired {
 	t.Helper()
-	a, err := locks.New(env.Client, nil).Acquire(context.Background(), ns, lock, "owner-"+p.Name, 600, 1, locks.HolderPod(p.Name, string(p.UID)))
+	a, err := locks.New(env.Client, nil).Acquire(context.Background(), ns, lock, "owner-"+p.Name, 600, 1, locks.HolderPod(p.Namespace, p.Name, string(p.UID)))
 	if err != nil || !a.Acquired {
 		t.Fatal(a, err)
 	}
@@ -103,13 +103,13 @@ func TestATakeoverIsNotFreedByThePreviousPod(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	first, second := pod(t, ns, "first"), pod(t, ns, "second")
-	a, err := locks.New(env.Client, nil).Acquire(ctx, ns, "handover", "first", 1, 1, locks.HolderPod(first.Name, string(first.UID)))
+	a, err := locks.New(env.Client, nil).Acquire(ctx, ns, "handover", "first", 1, 1, locks.HolderPod(first.Namespace, first.Name, string(first.UID)))
 	if err != nil || !a.Acquired {
 		t.Fatal(a, err)
 	}
 	var b locks.Acquired
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-		b, err = locks.New(env.Client, nil, locks.WithGrace(env.Grace)).Acquire(ctx, ns, "handover", "second", 600, 1, locks.HolderPod(second.Name, string(second.UID)))
+		b, err = locks.New(env.Client, nil, locks.WithGrace(env.Grace)).Acquire(ctx, ns, "handover", "second", 600, 1, locks.HolderPod(second.Namespace, second.Name, string(second.UID)))
 		return b.Acquired, err
 	})
 	if err != nil {
@@ -171,11 +171,11 @@ func TestAPodMayOnlyNameItself(t *testing.T) {
 	}
 	l := locks.New(c, nil)
 	for _, p := range []*corev1.Pod{me, other} {
-		if _, err := l.Acquire(ctx, ns, "claim-"+p.Name, "w", 600, 1, locks.HolderPod(p.Name, string(p.UID))); err == nil || !containsAll(err.Error(), "holderPod", "may only name itself") {
+		if _, err := l.Acquire(ctx, ns, "claim-"+p.Name, "w", 600, 1, locks.HolderPod(p.Namespace, p.Name, string(p.UID))); err == nil || !containsAll(err.Error(), "holderPod", "may only name itself") {
 			t.Fatalf("naming pod %s from pod %s: %v, want a refusal", p.Name, bound.Name, err)
 		}
 	}
-	if a, err := l.Acquire(ctx, ns, "claim-self", "w", 600, 1, locks.HolderPod(bound.Name, string(bound.UID))); err != nil || !a.Acquired {
+	if a, err := l.Acquire(ctx, ns, "claim-self", "w", 600, 1, locks.HolderPod(bound.Namespace, bound.Name, string(bound.UID))); err != nil || !a.Acquired {
 		t.Fatalf("naming its own pod: %+v %v", a, err)
 	}
 }

@@ -54,6 +54,17 @@ type Pods struct {
 // followed on its own.
 type podKey struct{ ns, name, uid string }
 
+// podKeyOf is the pod a permit in namespace permitNS names. The pod lives
+// in its own namespace, often not the permit's; a permit written before
+// holderPod recorded the namespace names a pod of its own namespace.
+func podKeyOf(permitNS string, hp *locksv1alpha1.PodRef) podKey {
+	ns := hp.Namespace
+	if ns == "" {
+		ns = permitNS
+	}
+	return podKey{ns, hp.Name, hp.UID}
+}
+
 type followed struct {
 	state   PodState
 	permits map[types.NamespacedName]bool
@@ -96,7 +107,7 @@ func (t *Pods) Track(ctx context.Context, p *locksv1alpha1.QueenLock) PodState {
 	if hp == nil {
 		return PodState{}
 	}
-	pk := podKey{p.Namespace, hp.Name, hp.UID}
+	pk := podKeyOf(p.Namespace, hp)
 	f := t.pods[pk]
 	if f == nil {
 		wctx, cancel := context.WithCancel(logf.IntoContext(t.base, logf.FromContext(ctx)))
@@ -122,7 +133,7 @@ func (t *Pods) untrackLocked(key types.NamespacedName, keep *locksv1alpha1.PodRe
 	if !ok {
 		return
 	}
-	if keep != nil && pk == (podKey{key.Namespace, keep.Name, keep.UID}) {
+	if keep != nil && pk == podKeyOf(key.Namespace, keep) {
 		return
 	}
 	f := t.pods[pk]

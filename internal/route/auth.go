@@ -158,6 +158,7 @@ type authFailure struct {
 // the caller needs to know; the API server's address and errors go to the
 // log.
 func (v *reviews) authenticate(r *http.Request) (Caller, *authFailure) {
+	normalizeBearer(r.Header)
 	ctx := authenticator.WithAudiences(r.Context(), v.audiences)
 	resp, ok, err := v.authn.AuthenticateRequest(r.WithContext(ctx))
 	switch {
@@ -172,6 +173,22 @@ func (v *reviews) authenticate(r *http.Request) (Caller, *authFailure) {
 	default:
 		return Caller{}, &authFailure{code: http.StatusUnauthorized, reason: "invalid_token", detail: err, index: -1,
 			message: "token not valid for audience " + strings.Join(v.audiences, " or ")}
+	}
+}
+
+// normalizeBearer rewrites "Bearer<spaces>token" with one space: RFC 9110
+// lets a credential follow its scheme after one or more spaces, and the
+// API machinery's bearer authenticator splits on a single one. The scheme
+// is taken in any case. Anything else is left for the authenticator to
+// refuse.
+func normalizeBearer(h http.Header) {
+	v := h.Get("Authorization")
+	scheme, rest, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return
+	}
+	if token := strings.TrimLeft(rest, " "); token != rest {
+		h.Set("Authorization", scheme+" "+token)
 	}
 }
 

@@ -1,12 +1,14 @@
 package route_test
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
@@ -53,4 +55,53 @@ func TestOperationsAreCounted(t *testing.T) {
 func counter(t *testing.T, op, outcome string) prometheus.Counter {
 	t.Helper()
 	return route.OperationsCounter(op, outcome)
+}
+
+// failingFor is a REST config whose requests with want in their query fail
+// as if the API server did not answer: one operation of a call fails while
+// the others go through.
+func failingFor(want string) *rest.Config {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if strings.Contains(r.URL.RawQuery, want) {
+				return nil, errors.New("connection reset by the test")
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	return cfg
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A call answered 503 gives back what it acquired for an operation that
+// named no owner (its caller cannot learn the minted owner, so could never
+// release it), and keeps what it acquired for a named owner, whose caller
+// converges by sending the call again.
+func TestA503GivesBackWhatNoCallerCanRelease(t *testing.T) {
+	ns := namespace(t)
+	url, _, err := env.StartRoute(failingFor("blip"), route.AuthNone, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := call(t, url, "", body(ns, acquire("ownerless", "", 600, 0), `{"op":"get","name":"blip"}`))
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("answered %d: %v, want 503", code, out)
+	}
+	if _, ok := permitOf(t, ns, "ownerless"); ok {
+		t.Fatal("the ownerless acquire of a call answered 503 is still held")
+	}
+	code, out = call(t, url, "", body(ns, acquire("named", "cron-7", 600, 0), `{"op":"get","name":"blip"}`))
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("answered %d: %v, want 503", code, out)
+	}
+	if _, ok := permitOf(t, ns, "named"); !ok {
+		t.Fatal("the named owner's acquire was given back; its retry could not converge")
+	}
+	if r := one(t, ns, acquire("named", "cron-7", 600, 0)); r["already"] != true {
+		t.Fatalf("the named owner's retry: %v, want already", r)
+	}
 }

@@ -122,6 +122,12 @@ type admission struct {
 	// must keep the rest.
 	decoding *semaphore.Weighted
 
+	// unproven holds the bodies of callers not yet known to have any
+	// right (see holdBody), apart from bodies, one body per such caller.
+	unproven       *semaphore.Weighted
+	unprovenBodies counts
+	proven         provenCallers
+
 	mu      sync.Mutex
 	calls   int
 	callers counts
@@ -130,7 +136,7 @@ type admission struct {
 
 func newAdmission(l Limits) *admission {
 	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, perSource: l.MaxCallsPerSource, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
-		decoding: semaphore.NewWeighted(1)}
+		unproven: semaphore.NewWeighted(max(l.MaxBodyMemory/4, MaxBody)), decoding: semaphore.NewWeighted(1)}
 }
 
 // enter admits one call, or answers false when MaxCalls are in progress.
@@ -189,11 +195,67 @@ func (c *counts) enter(key string, most int) (leave func(), ok bool) {
 	}), true
 }
 
-// holdBody reserves memory for a body of n bytes, or answers false when it
-// does not fit now.
-func (a *admission) holdBody(n int64) (release func(), ok bool) {
-	if !a.bodies.TryAcquire(n) {
+// holdBody reserves memory for a body of n bytes for caller, or answers
+// false when it does not fit now.
+//
+// A body is held before the call can be authorized (the namespace and the
+// operations are in it), so a caller with a valid token and no rights at
+// all would otherwise hold memory as any holder does: a few such
+// identities, each sending Content-Lengths they never send, could hold
+// every byte. Callers whose rights the route has seen (an authorized call
+// in the last provenFor) draw from the whole budget; every other
+// authenticated caller draws from a quarter of it, apart, one body at a
+// time. Callers without rights then take memory only from each other.
+// Without auth (--auth=none) every call is the manager's own.
+func (a *admission) holdBody(caller string, authenticated bool, n int64) (release func(), ok bool) {
+	if !authenticated || a.proven.has(caller) {
+		if !a.bodies.TryAcquire(n) {
+			return nil, false
+		}
+		return sync.OnceFunc(func() { a.bodies.Release(n) }), true
+	}
+	leave, ok := a.unprovenBodies.enter(caller, 1)
+	if !ok {
 		return nil, false
 	}
-	return sync.OnceFunc(func() { a.bodies.Release(n) }), true
+	if !a.unproven.TryAcquire(n) {
+		leave()
+		return nil, false
+	}
+	return sync.OnceFunc(func() { a.unproven.Release(n); leave() }), true
+}
+
+// provenFor is how long an authorized call vouches for its caller's body
+// memory; maxProven bounds the callers remembered (past it, the record
+// starts over: callers then prove themselves again with a call).
+const (
+	provenFor = 10 * time.Minute
+	maxProven = 1 << 16
+)
+
+// provenCallers are the callers recently authorized for some call.
+type provenCallers struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (p *provenCallers) has(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.at[name]
+	return ok && time.Since(t) < provenFor
+}
+
+// set records that name was authorized (ok) or refused (!ok) just now.
+func (p *provenCallers) set(name string, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !ok {
+		delete(p.at, name)
+		return
+	}
+	if p.at == nil || len(p.at) >= maxProven {
+		p.at = map[string]time.Time{}
+	}
+	p.at[name] = time.Now()
 }

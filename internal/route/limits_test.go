@@ -127,9 +127,12 @@ func TestBeyondTheLimitsIs429AndAppliesNothing(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			url := withLimits(c.set)
-			// Verified once, so the slow call's token needs no review.
-			if code, out := call(t, url, a, body("", `{"op":"get","name":"warm"}`)); code != http.StatusOK {
-				t.Fatalf("answered %d: %v", code, out)
+			// Verified and authorized once, so the slow call's token needs
+			// no review, and both callers draw on the whole body memory.
+			for _, tok := range []string{a, b} {
+				if code, out := call(t, url, tok, body("", `{"op":"get","name":"warm"}`)); code != http.StatusOK {
+					t.Fatalf("answered %d: %v", code, out)
+				}
 			}
 			conn := holdRoom(t, url, a, c.length, c.refused[0])
 			defer conn.Close()
@@ -474,5 +477,48 @@ func TestLongCallsOutliveTheReadTimeout(t *testing.T) {
 	}
 	if took < opTimeout {
 		t.Fatalf("the call was cut off after %s, before its operation's timeout %s", took, opTimeout)
+	}
+}
+
+// Callers with a valid token and no rights cannot hold the body memory
+// that callers with rights need: four of them, each holding every call it
+// may open with a 1 MiB body it never sends, leave a holder's calls all
+// answered.
+func TestRightlessCallersCannotTakeTheRoute(t *testing.T) {
+	installRoles(t)
+	ns := namespace(t)
+	holder := serviceAccount(t, ns, "holder", "queen-locks-holder")
+	// Every call here comes from loopback; in a cluster each identity is a
+	// pod of its own address. Lift the per-address bounds, which would
+	// otherwise stop the attack first, so that body memory is what is
+	// tested.
+	l := route.DefaultLimits()
+	l.MaxConnectionsPerSource, l.MaxCallsPerSource = l.MaxConnections, l.MaxCalls
+	url, stop, err := env.StartRouteConfig(route.Config{Auth: route.AuthToken, Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	base := testutil.ToFloat64(route.CallsInFlight)
+	for i := range 4 {
+		nobody := serviceAccount(t, ns, fmt.Sprintf("nobody-%d", i), "")
+		for range route.DefaultLimits().MaxCallsPerCaller {
+			conn := slowCall(t, url, nobody, route.MaxBody)
+			t.Cleanup(func() { conn.Close() })
+		}
+	}
+	// Each rightless caller keeps at least one call reading its body.
+	awaitInFlight(t, base, 4)
+	for i := range 20 {
+		lock := fmt.Sprintf("busy-%d", i)
+		code, out := call(t, url, holder, body("", acquire(lock, "h", 30, 0)))
+		if code != http.StatusOK || out["results"].([]any)[0].(J)["acquired"] != true {
+			t.Fatalf("the holder's acquire %d answered %d: %v", i, code, out)
+		}
+		r := out["results"].([]any)[0].(J)
+		rel := fmt.Sprintf(`{"op":"release","name":%q,"token":%d,"owner":"h"}`, lock, num(t, r["token"]))
+		if code, out := call(t, url, holder, body("", rel)); code != http.StatusOK {
+			t.Fatalf("the holder's release %d answered %d: %v", i, code, out)
+		}
 	}
 }

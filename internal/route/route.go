@@ -321,7 +321,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) (int, Caller) {
 			Message: fmt.Sprintf("namespace: is required, as %q is not a ServiceAccount", caller.Username)}), caller
 	}
 	if s.reviews != nil {
-		if f := s.reviews.authorize(r.Context(), caller, ns, req.Operations); f != nil {
+		f := s.reviews.authorize(r.Context(), caller, ns, req.Operations)
+		if f == nil || f.code == http.StatusForbidden {
+			s.adm.proven.set(caller.Username, f == nil)
+		}
+		if f != nil {
 			return s.refuse(w, r, caller, ns, f), caller
 		}
 	}
@@ -346,7 +350,7 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, caller Caller)
 	if size < 0 {
 		size = MaxBody
 	}
-	release, ok := s.adm.holdBody(size)
+	release, ok := s.adm.holdBody(caller.Username, s.reviews != nil, size)
 	if !ok {
 		refused.WithLabelValues("body_memory").Inc()
 		s.cfg.Log.Info("refused a call: the route holds as many bodies as it may", "caller", caller.Username, "remote", r.RemoteAddr)
@@ -470,9 +474,6 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 		}
 	}
 	wg.Wait()
-	if ctx.Err() != nil {
-		s.giveBack(ctx, caller, ns, ops, results)
-	}
 	var worst *callError
 	for i, err := range errs {
 		if err == nil {
@@ -482,18 +483,29 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 			worst = e
 		}
 	}
+	switch {
+	case ctx.Err() != nil:
+		s.giveBack(ctx, caller, ns, ops, results, func(Operation) bool { return true })
+	case worst != nil:
+		// The call answers an error, not its results: an acquire it won
+		// for an operation that named no owner can never be renewed or
+		// released by its caller, who cannot learn the minted owner. A
+		// caller that named its owner converges by sending the call again.
+		s.giveBack(ctx, caller, ns, ops, results, func(op Operation) bool { return op.Owner == "" })
+	}
 	return results, worst
 }
 
-// giveBack releases what the operations of a call acquired after its
-// caller went away (a waiting acquire keeps the other operations' answers
-// until the whole call answers): nobody will receive those tokens, so
-// nobody would release them before their TTLs end.
-func (s *Server) giveBack(ctx context.Context, caller Caller, ns string, ops []Operation, results []routeapi.Result) {
+// giveBack releases what the operations of a call that were chosen
+// acquired, when nobody will receive those tokens (the caller went away
+// while a waiting acquire kept the other operations' answers, or the call
+// answers an error), so that nobody would release them before their TTLs
+// end.
+func (s *Server) giveBack(ctx context.Context, caller Caller, ns string, ops []Operation, results []routeapi.Result, chosen func(Operation) bool) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.OpTimeout)
 	defer cancel()
 	for i, r := range results {
-		if ops[i].Op != OpAcquire || r.Acquired == nil || !*r.Acquired || r.Already || r.Token == nil || r.Slot == nil {
+		if ops[i].Op != OpAcquire || !chosen(ops[i]) || r.Acquired == nil || !*r.Acquired || r.Already || r.Token == nil || r.Slot == nil {
 			continue
 		}
 		if _, err := s.self.Release(rctx, ns, ops[i].Name, *r.Slot, *r.Token, r.Owner); err != nil {
@@ -515,7 +527,7 @@ func (s *Server) do(ctx, gone context.Context, caller Caller, ns string, i int, 
 		if owner == "" {
 			owner = locks.MintOwner("route-")
 		}
-		opts := []locks.AcquireOption{locks.HolderPod(caller.PodName, caller.PodUID)}
+		opts := []locks.AcquireOption{locks.HolderPod(caller.Namespace, caller.PodName, caller.PodUID)}
 		actx := ctx
 		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
 			// locks runs each try to its end itself and gives back what a

@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -95,11 +96,10 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 			"with an update; a patch that empties them lets kube-apiserver delete whatever permit has the name by then, "+
 			"which may be the next holder's", old.Name, old.Spec.Lock))
 	}
-	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel], dropManagedFields: dropManagedFields(old, obj)}
+	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel], dropManagedFields: dropManagedFields(old, obj),
+		firstToken: obj.Spec.FirstToken, holderPodNamespace: holderPodNamespace(obj)}
 	caller := callerOf(req)
-	if req.UserInfo.Username == h.Self {
-		caller = permit.Caller{} // the route, writing for a caller it verified
-	}
+	caller.Manager = req.UserInfo.Username == h.Self // the route, writing for a caller it verified
 	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, caller)
 	if err != nil {
 		return deny(err)
@@ -133,9 +133,18 @@ func (h *QueenLock) finishesDeletes(req admission.Request) bool {
 // sentFields are the parts of a permit that Stamp may change, as the caller
 // sent them.
 type sentFields struct {
-	labels            bool // the object had a labels map
-	label             string
-	dropManagedFields bool
+	labels             bool // the object had a labels map
+	label              string
+	dropManagedFields  bool
+	firstToken         int64
+	holderPodNamespace string
+}
+
+func holderPodNamespace(obj *locksv1alpha1.QueenLock) string {
+	if obj.Spec.HolderPod == nil {
+		return ""
+	}
+	return obj.Spec.HolderPod.Namespace
 }
 
 var removeManagedFields = jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/metadata/managedFields"}
@@ -191,6 +200,15 @@ func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonP
 	add("/spec/acquireTime", obj.Spec.AcquireTime)
 	add("/spec/renewTime", obj.Spec.RenewTime)
 	add("/spec/expireTime", obj.Spec.ExpireTime)
+	switch {
+	case obj.Spec.FirstToken != 0 && obj.Spec.FirstToken != sent.firstToken:
+		add("/spec/firstToken", obj.Spec.FirstToken)
+	case obj.Spec.FirstToken == 0 && sent.firstToken != 0:
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/spec/firstToken"})
+	}
+	if ns := holderPodNamespace(obj); ns != sent.holderPodNamespace {
+		add("/spec/holderPod/namespace", ns)
+	}
 	return ops
 }
 
@@ -201,7 +219,9 @@ const (
 	podUIDExtra  = "authentication.kubernetes.io/pod-uid"
 )
 
-// callerOf is the pod the request's credential is bound to, if any.
+// callerOf is the pod the request's credential is bound to, if any. A
+// pod-bound token is a ServiceAccount's, and a pod runs in its
+// ServiceAccount's namespace.
 func callerOf(req admission.Request) permit.Caller {
 	first := func(key string) string {
 		if v := req.UserInfo.Extra[key]; len(v) > 0 {
@@ -209,7 +229,13 @@ func callerOf(req admission.Request) permit.Caller {
 		}
 		return ""
 	}
-	return permit.Caller{PodName: first(podNameExtra), PodUID: first(podUIDExtra)}
+	c := permit.Caller{PodName: first(podNameExtra), PodUID: first(podUIDExtra)}
+	if c.PodName != "" {
+		if ns, _, err := serviceaccount.SplitUsername(req.UserInfo.Username); err == nil {
+			c.PodNamespace = ns
+		}
+	}
+	return c
 }
 
 func (h *QueenLock) decode(req admission.Request) (old, obj *locksv1alpha1.QueenLock, resp admission.Response) {

@@ -158,7 +158,7 @@ func podGaps(env *controlplane.Env, t handle.Transport, ns, lock string, rounds 
 		if err := env.Client.Create(ctx, pod); err != nil {
 			return nil, err
 		}
-		h, err := direct.Acquire(ctx, ns, lock, pod.Name, 600, 1, locks.HolderPod(pod.Name, string(pod.UID)))
+		h, err := direct.Acquire(ctx, ns, lock, pod.Name, 600, 1, locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
 		if err != nil || !h.Acquired {
 			return nil, fmt.Errorf("the pod's acquire: %+v %v", h, err)
 		}

@@ -155,7 +155,9 @@ func parse(fs *flag.FlagSet, args []string, wantName bool) (name string, rest []
 }
 
 // transport picks where the locks are: the route when a URL is given, else
-// the Kubernetes API with a kubeconfig or from inside a pod.
+// the Kubernetes API with a kubeconfig or from inside a pod. Either way a
+// run that waits is woken when a slot frees: by the route's waitSeconds, or
+// by a watch of the lock's permits.
 func (c *common) transport(e Env) (handle.Transport, client.Client, error) {
 	server := c.server
 	if server == "" {
@@ -212,7 +214,10 @@ func (c *common) transport(e Env) (handle.Transport, client.Client, error) {
 	if err := locksv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, nil, err
 	}
-	kc, err := client.New(cfg, client.Options{Scheme: scheme})
+	// A client that can watch: a waiting run then watches the lock's
+	// permits and is woken when one frees, instead of asking again and
+	// again (handle.Kube waits only with a client.WithWatch).
+	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to the Kubernetes API: %w", err)
 	}

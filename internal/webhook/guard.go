@@ -194,7 +194,8 @@ func bindingRefusal(old metav1.ObjectMeta, guard permit.Guard) string {
 	case bound && (rec.Lock != guard.Lock || rec.Slot != guard.Slot):
 		return fmt.Sprintf("this object is bound to lock %q slot %d; a guard of another lock or slot cannot write it", rec.Lock, rec.Slot)
 	case guard.Token < rec.Token:
-		return fmt.Sprintf("token %d is below %d, the highest this object has accepted: a newer holder of the lock has written it", guard.Token, rec.Token)
+		// The record may be a later holder's token: never name it.
+		return fmt.Sprintf("token %d is below the highest token this object has accepted: a newer holder of the lock has written it", guard.Token)
 	}
 	return ""
 }
@@ -220,7 +221,9 @@ func (g *Guard) current(ctx context.Context, ns, raw string, guard permit.Guard)
 	case permit.Expired(&p, g.Clock.Now()):
 		return guardDenied(raw, fmt.Sprintf("lock %q slot %d expired at %s", guard.Lock, guard.Slot, permit.FormatTime(p.Spec.ExpireTime.Time))), false
 	case current != guard.Token:
-		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is held with token %d, not %d", guard.Lock, guard.Slot, current, guard.Token)), false
+		// Another holder's token, or a later one of the same holding, is
+		// never told: whoever may send a write would learn a guard.
+		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is not held with token %d any more", guard.Lock, guard.Slot, guard.Token)), false
 	}
 	return admission.Response{}, true
 }

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -116,7 +117,7 @@ func TestGuardRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ guard, says string }{
-		{fmt.Sprintf("gate#0=%d", tok+1000), "held with token"},
+		{fmt.Sprintf("gate#0=%d", tok+1000), "not held with token"},
 		{fmt.Sprintf("gate#1=%d", tok), `bound to lock "gate" slot 0`},
 		{fmt.Sprintf("nobody#0=%d", tok), `bound to lock "gate" slot 0`},
 		{"gate-0-12", "no '#'"},
@@ -128,6 +129,16 @@ func TestGuardRefusals(t *testing.T) {
 	} {
 		err := write(ctx, ns, "cm", c.guard, "bad")
 		refusedWith(t, err, c.says)
+		// A refusal never tells the holder's token (nor the record, a
+		// holder's token too): a stale writer would learn a valid guard.
+		if namesToken(err, c.guard, tok) {
+			t.Fatalf("the refusal of %q names the current token %d: %v", c.guard, tok, err)
+		}
+	}
+	// Nor does the refusal of a token below the record.
+	below := fmt.Sprintf("gate#0=%d", tok-1)
+	if err := write(ctx, ns, "cm", below, "bad"); err == nil || namesToken(err, below, tok) {
+		t.Fatalf("the refusal of a token below the record: %v, want one that does not name token %d", err, tok)
 	}
 	// A write without the guard to an object that has a fence is refused.
 	cm := stored(t, ns, "cm")
@@ -198,4 +209,10 @@ func TestUnlabelledObjectsNeverReachTheWebhook(t *testing.T) {
 			t.Fatalf("guard webhook selector %v does not require %s=true", s, permit.GuardedLabel)
 		}
 	}
+}
+
+// namesToken tells whether err, less the guard the writer sent, names tok.
+func namesToken(err error, sent string, tok uint64) bool {
+	rest := strings.ReplaceAll(err.Error(), sent, "")
+	return regexp.MustCompile(`\b` + fmt.Sprint(tok) + `\b`).MatchString(rest)
 }

@@ -26,6 +26,10 @@ tools: control-plane ## Build every tool the project uses.
 	hack/build-tools.sh controller-gen hack/tools sigs.k8s.io/controller-tools/cmd/controller-gen
 	hack/build-tools.sh helm hack/tools helm.sh/helm/v4/cmd/helm
 
+.PHONY: handle-deps
+handle-deps: ## Install the toolchains of the Rust, PHP and C++ handles' tests from Debian's packages (as root).
+	@for s in hack/handles/*.sh; do bash "$$s"; done
+
 ##@ Generated code
 
 .PHONY: generate manifests verify-gen
@@ -65,7 +69,7 @@ lint: ## go vet and a gofmt check.
 FUZZTIME ?= 10s
 
 .PHONY: test unit fuzz
-test: tools verify-gen lint ## Everything CI checks: generated files, vet, gofmt, unit and envtest suites, a short fuzz, a one-minute chaos run.
+test: tools verify-gen lint ## Generated files, lint, unit and envtest suites (the handles' own runners included), a short fuzz, a one-minute chaos run; CI also runs image-test and e2e.
 	go test -count=1 -timeout 20m $(GO_PACKAGES)
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory chaos CHAOS_DURATION=1m

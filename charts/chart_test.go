@@ -137,7 +137,7 @@ func TestDefaults(t *testing.T) {
 		pm := p.(map[string]any)
 		ports[pm["name"].(string)] = pm["port"].(int64)
 	}
-	if cmp.Diff(map[string]int64{"route": 6632, "webhook": 443, "metrics": 8080}, ports) != "" {
+	if cmp.Diff(map[string]int64{"route": 6632, "webhook": 443, "metrics": 8443}, ports) != "" {
 		t.Errorf("service ports %v", ports)
 	}
 	// The CRD is installed and kept on uninstall.

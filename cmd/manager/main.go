@@ -17,7 +17,9 @@ import (
 
 func main() {
 	var o manager.Options
-	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; 0 turns it off.")
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint; 0 turns it off.")
+	flag.BoolVar(&o.MetricsInsecure, "metrics-insecure", false, "Serve metrics over plain HTTP without authentication. By default they are served over HTTPS, to callers allowed get on the non-resource URL /metrics (the chart's queen-locks-metrics-reader ClusterRole).")
+	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint; empty makes a self-signed certificate.")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz for the kubelet.")
 	flag.StringVar(&o.WebhookHost, "webhook-host", "", "Address the admission webhook server binds (default: every interface).")
 	flag.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the admission webhook server.")

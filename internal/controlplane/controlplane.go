@@ -5,6 +5,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -66,6 +67,9 @@ type Options struct {
 	ManagerConfig func(e *Env) (*rest.Config, error)
 	// LeaderElectionNamespace turns leader election on, with its Lease there.
 	LeaderElectionNamespace string
+	// MetricsAddr serves the manager's metrics (HTTPS, authorized per
+	// scrape); empty serves none.
+	MetricsAddr string
 	// RouteAddr, Auth and DefaultNamespace run the HTTP route in the manager.
 	RouteAddr        string
 	Auth             string
@@ -155,7 +159,7 @@ func Start(o Options) (*Env, error) {
 	}
 	wo := te.WebhookInstallOptions
 	mgr, err := manager.New(mcfg, manager.Options{
-		MetricsAddr: "0",
+		MetricsAddr: cmp.Or(o.MetricsAddr, "0"),
 		ProbeAddr:   "0",
 		WebhookHost: wo.LocalServingHost,
 		WebhookPort: wo.LocalServingPort,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"math/rand/v2"
 	"sync"
 	"syscall"
 	"time"
@@ -213,9 +214,29 @@ func (c *cluster) startReplicas(cfg Config) error {
 		if err != nil {
 			return err
 		}
+		if i < cfg.Clients && cfg.DropAnswers > 0 {
+			// The holders' answers are dropped now and then; the
+			// misbehaving clients' and the harness's are not.
+			rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
+			var mu sync.Mutex
+			p.dropAnswer = func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return rnd.Float64() < cfg.DropAnswers
+			}
+		}
 		c.routes = append(c.routes, p)
 	}
 	return nil
+}
+
+// droppedAnswers is how many answers the clients' proxies dropped.
+func (c *cluster) droppedAnswers() int64 {
+	var n int64
+	for _, p := range c.routes {
+		n += p.dropped.Load()
+	}
+	return n
 }
 
 // requestToken makes the ServiceAccount the clients call the route as and

@@ -54,6 +54,7 @@ func run() int {
 	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
 	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
 	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", Semaphore, SemaphoreLimit))
+	drop := flag.Float64("drop-answers", 0.05, "Share of the holders' route calls whose answer is dropped after a replica carried the call out; the retry reaches the other replica.")
 	auth := flag.String("auth", route.AuthToken, "The route's --auth: token (clients send a ServiceAccount token of audience queen-locks) or none.")
 	managerArgs := flag.String("manager-args", "", "More flags for every replica, space-separated (a deliberate bug's, with a manager built with -tags chaosbug).")
 	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
@@ -135,7 +136,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := Run(ctx, Config{Duration: *duration, Clients: *clients, TTL: *ttl, Grace: *grace, Replicas: *replicas, Skew: *skew,
-		ManagerArgs: strings.Fields(*managerArgs), Auth: *auth, Gap: [2]time.Duration{*gapMin, *gapMax}, Seed: *seed,
+		ManagerArgs: strings.Fields(*managerArgs), Auth: *auth, DropAnswers: *drop, Gap: [2]time.Duration{*gapMin, *gapMax}, Seed: *seed,
 		Manager: *managerBin, Self: self, Dir: *dir, Faults: kinds, Roles: misbehave, Logf: logf})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: %v\nevery process's log is in %s\n", err, *dir)
@@ -220,7 +221,7 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	}
 	row("  of them after a foreground or orphan delete", r.Handovers["deleting"])
 	fmt.Fprintf(w, "| longest wait from a lease's end to the next acquire, clients refused meanwhile | %s |\n", time.Duration(r.LongestWait).Round(time.Millisecond))
-	for _, f := range append(Faults, "manager exited by itself") {
+	for _, f := range append(Faults, "manager exited by itself", FaultDroppedAnswer) {
 		row("fault: "+f, res.Faults[f])
 	}
 	row("lost answers settled from the record", r.Resolved)

@@ -38,6 +38,11 @@ const (
 )
 
 // Faults lists every kind, in the order a run takes them.
+// FaultDroppedAnswer counts the holders' route calls whose answer the
+// proxy dropped after a replica carried the call out (Config.DropAnswers):
+// not a nemesis step, a steady rate.
+const FaultDroppedAnswer = "answer dropped after the call was carried out"
+
 var Faults = []string{FaultManager, FaultClient, FaultAPIServer, FaultEtcd, FaultSkew, FaultCutReplica, FaultCutClient, FaultCutWebhook, FaultPod}
 
 // nemesis injects one fault after another, a random pause apart, until ctx

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,15 @@ import (
 type proxy struct {
 	ln       net.Listener
 	backends []string
+	// dropAnswer, when set, is asked for each connection whether to drop
+	// its answer: the request goes through to the replica, which carries
+	// it out, and the connection is cut when the answer starts, so the
+	// caller never reads it. The caller's retry, on a connection of its
+	// own, reaches the next replica: this is how a renew whose answer was
+	// lost comes back with a stale token to a replica that did not answer
+	// it.
+	dropAnswer func() bool
+	dropped    atomic.Int64
 
 	mu     sync.Mutex
 	next   int
@@ -87,7 +97,19 @@ func (p *proxy) handle(c net.Conn) {
 			done <- struct{}{}
 		}
 		go pipe(up, c)
-		go pipe(c, up)
+		if p.dropAnswer != nil && p.dropAnswer() {
+			go func() {
+				// Wait for the answer's first byte: the replica has
+				// carried the call out. Then cut the connection.
+				var b [1]byte
+				if n, _ := up.Read(b[:]); n > 0 {
+					p.dropped.Add(1)
+				}
+				done <- struct{}{}
+			}()
+		} else {
+			go pipe(c, up)
+		}
 		<-done
 		c.Close()
 		up.Close()

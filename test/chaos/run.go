@@ -56,8 +56,13 @@ type Config struct {
 	// Auth is the route's --auth: route.AuthToken (the clients send a
 	// ServiceAccount token of audience route.Audience, made with a
 	// TokenRequest) or route.AuthNone.
-	Auth    string
-	Seed    uint64
+	Auth string
+	// DropAnswers is the share of the holder clients' route calls whose
+	// answer the proxy drops after the replica carried the call out; the
+	// client retries on another connection, which reaches the other
+	// replica.
+	DropAnswers float64
+	Seed        uint64
 	Manager string   // the manager binary (bin/manager)
 	Self    string   // this binary, run as "client" for each client
 	Dir     string   // logs, kubeconfig and history.json
@@ -149,6 +154,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
+	n.counts[FaultDroppedAnswer] = int(c.droppedAnswers())
 	return &Result{History: h, Faults: n.counts, Report: Check(h, CheckTimeout)}, nil
 }
 

@@ -65,6 +65,9 @@ func run(stop <-chan struct{}, addr, ns, dir string) error {
 		RouteAddr:        addr,
 		Auth:             route.AuthNone,
 		DefaultNamespace: ns,
+		// As installed: the manager's own ServiceAccount and RBAC, never
+		// the administrator kubectl uses here.
+		ManagerConfig: controlplane.AsManagerServiceAccount,
 	})
 	if err != nil {
 		return err

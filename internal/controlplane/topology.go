@@ -1,8 +1,12 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -10,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -20,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/queen-locks/queen-locks/internal/route"
@@ -51,6 +58,9 @@ type Topology struct {
 	Token, TokenFile string
 	// Quota is the ResourceQuota on permits in LockNS.
 	Quota *corev1.ResourceQuota
+	// Proxy spreads calls over the replicas at URL; its DropAnswers loses
+	// answers on purpose.
+	Proxy *Spreader
 }
 
 // TopologyOptions adjust a Topology.
@@ -99,7 +109,8 @@ func (e *Env) Production(t testing.TB, o TopologyOptions) *Topology {
 	for i := range tp.Replicas {
 		tp.Replicas[i], _ = e.ServeRoute(t, route.AuthToken, tp.LockNS)
 	}
-	tp.URL = Spread(t, tp.Replicas[:]...)
+	tp.Proxy = Spread(t, tp.Replicas[:]...)
+	tp.URL = tp.Proxy.URL
 	return tp
 }
 
@@ -177,12 +188,58 @@ func (e *Env) ApplyFile(path string) error {
 	return nil
 }
 
+// Spreader is a loopback address in front of route replicas.
+type Spreader struct {
+	// URL is the route's URL at the spreader.
+	URL string
+
+	mu      sync.Mutex
+	drop    []dropRule
+	dropped int
+}
+
+// Dropped is how many answers were dropped so far.
+func (s *Spreader) Dropped() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+type dropRule struct {
+	match string
+	left  int
+}
+
+// DropAnswers loses the answers of the next n calls whose body contains
+// match: each reaches a replica, which carries it out and answers, and the
+// caller's connection is cut before it reads a byte of that answer. Its
+// retry, a call of its own, reaches the next replica.
+func (s *Spreader) DropAnswers(match string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drop = append(s.drop, dropRule{match, n})
+}
+
+func (s *Spreader) dropping(body []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.drop {
+		if s.drop[i].left > 0 && bytes.Contains(body, []byte(s.drop[i].match)) {
+			s.drop[i].left--
+			s.dropped++
+			return true
+		}
+	}
+	return false
+}
+
+type dropKey struct{}
+
 // Spread serves one loopback address in front of the given route URLs and
 // sends each call to the next of them in turn, on a connection of its own
 // to that replica: so two calls in a row, a call and its retry, reach
-// different replicas, whatever connection the caller reuses. It answers
-// the address's route URL.
-func Spread(t testing.TB, urls ...string) string {
+// different replicas, whatever connection the caller reuses.
+func Spread(t testing.TB, urls ...string) *Spreader {
 	t.Helper()
 	var targets []*url.URL
 	for _, u := range urls {
@@ -192,6 +249,7 @@ func Spread(t testing.TB, urls ...string) string {
 		}
 		targets = append(targets, p)
 	}
+	sp := &Spreader{}
 	var next atomic.Uint64
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -201,13 +259,86 @@ func Spread(t testing.TB, urls ...string) string {
 			r.Out.Host = to.Host
 		},
 		Transport: &http.Transport{DisableKeepAlives: true},
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Context().Value(dropKey{}) == nil {
+				return nil
+			}
+			// The replica carried the call out and answered: read its
+			// answer to the end, then cut the caller's connection.
+			_, _ = io.Copy(io.Discard, resp.Body)
+			return errDropped
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, errDropped) {
+				if hj, ok := w.(http.Hijacker); ok {
+					if conn, _, err := hj.Hijack(); err == nil {
+						_ = conn.Close()
+						return
+					}
+				}
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if sp.dropping(body) {
+			r = r.WithContext(context.WithValue(r.Context(), dropKey{}, true))
+		}
+		proxy.ServeHTTP(w, r)
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: proxy}
+	srv := &http.Server{Handler: handler, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + ln.Addr().String() + route.Path
+	sp.URL = "http://" + ln.Addr().String() + route.Path
+	return sp
+}
+
+var errDropped = errors.New("answer dropped on purpose")
+
+// ManagerNamespace and ManagerServiceAccount are where make dev runs the
+// manager's identity, as the chart installs it.
+const (
+	ManagerNamespace      = "queen-locks"
+	ManagerServiceAccount = "queen-locks-controller-manager"
+)
+
+// AsManagerServiceAccount is an Options.ManagerConfig that runs the manager
+// as its own ServiceAccount with the RBAC config/rbac generates from the
+// code (the chart's is the same, tested in charts/), never as the
+// administrator kubectl uses: a write the manager may not make, or a rule
+// that trusts the manager's identity, then shows as it would installed.
+func AsManagerServiceAccount(e *Env) (*rest.Config, error) {
+	ctx := context.Background()
+	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := e.ApplyFile("config/rbac/role.yaml"); err != nil {
+		return nil, err
+	}
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: ManagerServiceAccount}},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "queen-locks-manager"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "queen-locks-manager"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: ManagerServiceAccount, Namespace: ManagerNamespace}},
+		},
+	}
+	for _, o := range objs {
+		if err := e.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating %s: %w", o.GetName(), err)
+		}
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ManagerNamespace + ":" + ManagerServiceAccount}
+	return cfg, nil
 }

@@ -1,0 +1,30 @@
+package locks
+
+import (
+	"errors"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// isLostRace tells whether the admission webhook refused a write because the
+// permit was held or lost, a race the caller lost rather than a failure.
+func isLostRace(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	switch string(status.Status().Reason) {
+	case permit.ReasonHeld, permit.ReasonLost:
+		return true
+	}
+	return false
+}
+
+// isQuota tells whether the ResourceQuota admission refused a create: the
+// namespace may hold no more permits.
+func isQuota(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+}

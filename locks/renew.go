@@ -1,0 +1,80 @@
+package locks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// Renew extends the caller's permit by ttlSeconds (0 keeps its lifetime)
+// and answers the new token. It is one merge patch conditional on the
+// token; the webhook refuses it when the owner differs or the permit has
+// expired. When the token is stale it reads the permit once: a token that
+// is stale only because the same owner's earlier renew landed is carried
+// through to the current one.
+func (l *Client) Renew(ctx context.Context, ns, lock string, slot int, token uint64, owner string, ttlSeconds int64) (Renewed, error) {
+	name := permit.Name(lock, slot)
+	rv := strconv.FormatUint(token, 10)
+	for try := 0; try < l.tries; try++ {
+		p, err := l.patchRenew(ctx, ns, name, rv, owner, ttlSeconds)
+		switch {
+		case err == nil:
+			// Another lock's permit under a hashed name cannot be ours. A
+			// permit being deleted is released: the webhook passes a write
+			// to it unstamped, and a renew that changed nothing would
+			// otherwise answer renewed with the old lifetime.
+			if p.Spec.Lock != lock || !p.DeletionTimestamp.IsZero() {
+				return Renewed{Reason: ReasonLost}, nil
+			}
+			h, err := holderOf(p)
+			if err != nil {
+				return Renewed{}, err
+			}
+			l.remember(p)
+			return Renewed{Renewed: true, Permit: h.permit()}, nil
+		case apierrors.IsNotFound(err) || isLostRace(err):
+			return Renewed{Reason: ReasonLost}, nil
+		case apierrors.IsConflict(err):
+			// Written since the caller's token: read it, it may still be ours.
+			cur, err := l.current(ctx, ns, lock, slot, token, owner)
+			if err != nil || cur == nil {
+				return Renewed{Reason: ReasonLost}, err
+			}
+			rv = cur.ResourceVersion
+		default:
+			return Renewed{}, fmt.Errorf("renewing permit %d of lock %q: %w", slot, lock, err)
+		}
+	}
+	return Renewed{Reason: ReasonLost}, nil
+}
+
+// patchRenew writes a renew of version rv: the owner (so that another
+// owner's renew is refused) and the lifetime.
+func (l *Client) patchRenew(ctx context.Context, ns, name, rv, owner string, ttl int64) (*locksv1alpha1.QueenLock, error) {
+	spec := map[string]any{}
+	if owner != "" {
+		spec["owner"] = owner
+	}
+	if ttl > 0 {
+		spec["ttlSeconds"] = ttl
+	}
+	body := map[string]any{"metadata": map[string]any{"resourceVersion": rv}}
+	if len(spec) > 0 {
+		body["spec"] = spec
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	p := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	return p, l.c.Patch(ctx, p, client.RawPatch(types.MergePatchType, raw))
+}

@@ -238,6 +238,13 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.QueenLock) (Acquired, error) {
 	bySlot, err := l.list(ctx, a.ns, a.lock)
 	if err != nil {
+		// The caller gets an error, not this permit: give it back, or
+		// nobody would release it before its TTL (an owner the route
+		// minted is known to nobody). A retry acquires again.
+		rv := got.ResourceVersion
+		if derr := l.delete(ctx, got.Namespace, got.Name, metav1.Preconditions{UID: &got.UID, ResourceVersion: &rv}); derr != nil && !apierrors.IsNotFound(derr) {
+			err = fmt.Errorf("%w (and giving back slot %d failed: %v)", err, got.Spec.Slot, derr)
+		}
 		return Acquired{}, fmt.Errorf("checking that owner %q holds one slot of lock %q: %w", a.owner, a.lock, err)
 	}
 	mine := live(bySlot, a.owner, l.clock.Now())

@@ -247,7 +247,11 @@ func checkHolderPod(old, obj *locksv1alpha1.QueenLock, caller Caller) error {
 		return invalid(field.ErrorList{field.Forbidden(specPath.Child("holderPod"),
 			"may be set only by the pod it names, with its pod-bound ServiceAccount token, or by the queen-locks manager for a caller it verified")})
 	}
-	if hp.Name != caller.PodName || hp.Namespace != caller.PodNamespace || (caller.PodUID != "" && hp.UID != caller.PodUID) {
+	ns := hp.Namespace
+	if ns == "" {
+		ns = obj.Namespace // a permit written before holderPod named the namespace
+	}
+	if hp.Name != caller.PodName || ns != caller.PodNamespace || (caller.PodUID != "" && hp.UID != caller.PodUID) {
 		return invalid(field.ErrorList{field.Forbidden(specPath.Child("holderPod"),
 			fmt.Sprintf("names pod %s/%s (uid %s), but the request comes from pod %s/%s (uid %s): a pod may only name itself",
 				hp.Namespace, hp.Name, hp.UID, caller.PodNamespace, caller.PodName, caller.PodUID))})

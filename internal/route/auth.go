@@ -187,7 +187,13 @@ func normalizeBearer(h http.Header) {
 	if !ok || !strings.EqualFold(scheme, "bearer") {
 		return
 	}
-	if token := strings.TrimLeft(rest, " "); token != rest {
+	token := strings.TrimLeft(rest, " ")
+	switch {
+	case strings.ContainsAny(token, " \t\r\n"):
+		// A credential is one token68: whatever follows a space is not
+		// part of it, and the authenticator would ignore it. Refuse.
+		h.Set("Authorization", scheme+" ")
+	case token != rest:
 		h.Set("Authorization", scheme+" "+token)
 	}
 }

@@ -113,6 +113,14 @@ func TestTokenAuth(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a credential is one token: anything after it is refused", func(t *testing.T) {
+		for _, h := range []string{"Bearer  " + holder + " junk", "Bearer " + holder + "\tjunk", "Bearer", "Bearer   "} {
+			resp, out := post(t, tokenURL, http.Header{"Authorization": {h}}, body("", `{"op":"get","name":"case"}`))
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("Authorization %.20q...: answered %d: %v", h, resp.StatusCode, out)
+			}
+		}
+	})
 	t.Run("a holder acquires in its own namespace, named by its token", func(t *testing.T) {
 		code, out := call(t, tokenURL, holder, body("", acquire("job", "w", 30, 0)))
 		if code != http.StatusOK {

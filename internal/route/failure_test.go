@@ -105,3 +105,20 @@ func TestA503GivesBackWhatNoCallerCanRelease(t *testing.T) {
 		t.Fatalf("the named owner's retry: %v, want already", r)
 	}
 }
+
+// A semaphore acquire whose create won and whose settling list then failed
+// answers 503 and leaves nothing held.
+func TestA503AfterASemaphoreCreateLeavesNothingHeld(t *testing.T) {
+	ns := namespace(t)
+	url, _, err := env.StartRoute(failingFor("labelSelector"), route.AuthNone, ns) // lists fail, creates go through
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := call(t, url, "", body(ns, acquire("sem", "", 600, 3)))
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("answered %d: %v, want 503", code, out)
+	}
+	if ps := permits(t, ns); len(ps) != 0 {
+		t.Fatalf("%d permits left held after a 503, owner %q", len(ps), ps[0].Spec.Owner)
+	}
+}

@@ -122,11 +122,12 @@ type admission struct {
 	// must keep the rest.
 	decoding *semaphore.Weighted
 
-	// unproven holds the bodies of callers not yet known to have any
-	// right (see holdBody), apart from bodies, one body per such caller.
-	unproven       *semaphore.Weighted
-	unprovenBodies counts
-	proven         provenCallers
+	// unproven and unprovenLarge hold the bodies of callers not yet known
+	// to have any right (see holdBody), apart from bodies.
+	unproven, unprovenLarge *semaphore.Weighted
+	unprovenBodies          counts
+	unprovenLargeBodies     counts
+	proven                  provenCallers
 
 	mu      sync.Mutex
 	calls   int
@@ -136,7 +137,8 @@ type admission struct {
 
 func newAdmission(l Limits) *admission {
 	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, perSource: l.MaxCallsPerSource, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
-		unproven: semaphore.NewWeighted(max(l.MaxBodyMemory/4, MaxBody)), decoding: semaphore.NewWeighted(1)}
+		unproven: semaphore.NewWeighted(max(l.MaxBodyMemory/4, MaxBody)), unprovenLarge: semaphore.NewWeighted(max(l.MaxBodyMemory/4, MaxBody)),
+		decoding: semaphore.NewWeighted(1)}
 }
 
 // enter admits one call, or answers false when MaxCalls are in progress.
@@ -202,27 +204,53 @@ func (c *counts) enter(key string, most int) (leave func(), ok bool) {
 // operations are in it), so a caller with a valid token and no rights at
 // all would otherwise hold memory as any holder does: a few such
 // identities, each sending Content-Lengths they never send, could hold
-// every byte. Callers whose rights the route has seen (an authorized call
-// in the last provenFor) draw from the whole budget; every other
-// authenticated caller draws from a quarter of it, apart, one body at a
-// time. Callers without rights then take memory only from each other.
-// Without auth (--auth=none) every call is the manager's own.
+// every byte. Callers whose rights this replica has seen (an authorized
+// call in the last provenFor) draw from the whole budget. Every other
+// authenticated caller draws apart: a body of up to LargeBody (any lock
+// call of 64 plain operations) from a quarter of the budget, at most
+// unprovenPerCaller at once per caller, so that filling it takes hundreds
+// of identities; a larger body from another quarter, one at a time per
+// caller. Callers without rights then take memory only from each other,
+// and a new caller's ordinary first call, or a caller that last called
+// the other replica, is not refused because of them. Without auth
+// (--auth=none) every call is the manager's own.
 func (a *admission) holdBody(caller string, authenticated bool, n int64) (release func(), ok bool) {
 	if !authenticated || a.proven.has(caller) {
-		if !a.bodies.TryAcquire(n) {
+		return hold(a.bodies, n, nil)
+	}
+	if n <= LargeBody {
+		leave, ok := a.unprovenBodies.enter(caller, unprovenPerCaller)
+		if !ok {
 			return nil, false
 		}
-		return sync.OnceFunc(func() { a.bodies.Release(n) }), true
+		return hold(a.unproven, n, leave)
 	}
-	leave, ok := a.unprovenBodies.enter(caller, 1)
+	leave, ok := a.unprovenLargeBodies.enter(caller, 1)
 	if !ok {
 		return nil, false
 	}
-	if !a.unproven.TryAcquire(n) {
-		leave()
+	return hold(a.unprovenLarge, n, leave)
+}
+
+// unprovenPerCaller is how many small bodies a caller not yet authorized
+// may have in flight: pods of one ServiceAccount share a name, and a
+// rollout's pods call at once.
+const unprovenPerCaller = 4
+
+// hold takes n from pool, then leave (when set) goes with it.
+func hold(pool *semaphore.Weighted, n int64, leave func()) (release func(), ok bool) {
+	if !pool.TryAcquire(n) {
+		if leave != nil {
+			leave()
+		}
 		return nil, false
 	}
-	return sync.OnceFunc(func() { a.unproven.Release(n); leave() }), true
+	return sync.OnceFunc(func() {
+		pool.Release(n)
+		if leave != nil {
+			leave()
+		}
+	}), true
 }
 
 // provenFor is how long an authorized call vouches for its caller's body

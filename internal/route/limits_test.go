@@ -278,6 +278,14 @@ func TestAnAttackDoesNotStarveOthers(t *testing.T) {
 	}
 	fence := num(t, out["results"].([]any)[0].(J)["token"])
 	guard := fmt.Sprintf("fence#0=%d", fence)
+	// The attackers have rights, and the route has seen them: they draw on
+	// the whole body memory (callers it has not seen draw on less; see
+	// TestRightlessCallersCannotTakeTheRoute).
+	for _, a := range attackers {
+		if code, out := call(t, url, a, body("", `{"op":"get","name":"fence"}`)); code != http.StatusOK {
+			t.Fatalf("an attacker's first call answered %d: %v", code, out)
+		}
+	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report",
 		Labels: map[string]string{permit.GuardedLabel: "true"}, Annotations: map[string]string{permit.GuardAnnotation: guard}},
 		Data: map[string]string{"round": "start"}}
@@ -481,9 +489,10 @@ func TestLongCallsOutliveTheReadTimeout(t *testing.T) {
 }
 
 // Callers with a valid token and no rights cannot hold the body memory
-// that callers with rights need: four of them, each holding every call it
-// may open with a 1 MiB body it never sends, leave a holder's calls all
-// answered.
+// that callers with rights need: sixteen of them, each holding every call
+// it may open with a body it never sends (1 MiB and 64 KiB), leave the
+// calls of a holder that this replica has never seen (a new pod, or one
+// that last called the other replica) all answered.
 func TestRightlessCallersCannotTakeTheRoute(t *testing.T) {
 	installRoles(t)
 	ns := namespace(t)
@@ -500,15 +509,19 @@ func TestRightlessCallersCannotTakeTheRoute(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	base := testutil.ToFloat64(route.CallsInFlight)
-	for i := range 4 {
+	for i := range 16 {
 		nobody := serviceAccount(t, ns, fmt.Sprintf("nobody-%d", i), "")
-		for range route.DefaultLimits().MaxCallsPerCaller {
-			conn := slowCall(t, url, nobody, route.MaxBody)
+		for j := range l.MaxCallsPerCaller {
+			size := route.MaxBody
+			if j%2 == 1 {
+				size = route.LargeBody
+			}
+			conn := slowCall(t, url, nobody, size)
 			t.Cleanup(func() { conn.Close() })
 		}
 	}
 	// Each rightless caller keeps at least one call reading its body.
-	awaitInFlight(t, base, 4)
+	awaitInFlight(t, base, 16)
 	for i := range 20 {
 		lock := fmt.Sprintf("busy-%d", i)
 		code, out := call(t, url, holder, body("", acquire(lock, "h", 30, 0)))
@@ -520,5 +533,10 @@ func TestRightlessCallersCannotTakeTheRoute(t *testing.T) {
 		if code, out := call(t, url, holder, body("", rel)); code != http.StatusOK {
 			t.Fatalf("the holder's release %d answered %d: %v", i, code, out)
 		}
+	}
+	// A second holder, new to this replica, in the middle of it all.
+	other := serviceAccount(t, ns, "holder-2", "queen-locks-holder")
+	if code, out := call(t, url, other, body("", `{"op":"get","name":"busy-0"}`)); code != http.StatusOK {
+		t.Fatalf("a new holder's first call answered %d: %v", code, out)
 	}
 }

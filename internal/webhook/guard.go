@@ -290,11 +290,12 @@ func (g *Guard) validateDelete(ctx context.Context, req admission.Request, old m
 	if err != nil || !bound {
 		return guardDenied("", fmt.Sprintf("this object has no record of a lock; %s", howTo))
 	}
+	// The record's token may be the holder's: refusals name the lock only.
 	if old.Annotations[permit.DeletableAnnotation] != fmt.Sprint(rec.Token) {
-		return guardDenied(rec.String(), "the object's last write did not mark it deletable; "+howTo)
+		return guardDenied("", fmt.Sprintf("lock %q: the object's last write did not mark it deletable; %s", rec.Lock, howTo))
 	}
-	if resp, ok := g.current(ctx, req.Namespace, rec.String(), rec); !ok {
-		return resp
+	if _, ok := g.current(ctx, req.Namespace, rec.String(), rec); !ok {
+		return guardDenied("", fmt.Sprintf("lock %q slot %d is no longer held by the holder whose last write marked this object deletable; %s", rec.Lock, rec.Slot, howTo))
 	}
 	return admission.Allowed("")
 }

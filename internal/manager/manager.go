@@ -153,6 +153,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the permit webhook: %w", err)
 	}
 	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
+	if err := (&webhook.Subresources{}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the guard webhook of subresources: %w", err)
+	}
 	if err := metrics.Registry.Register(&controller.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
 		var dup prometheus.AlreadyRegisteredError
 		if !errors.As(err, &dup) || !o.SkipNameValidation {

@@ -340,10 +340,21 @@ func TestChartMatchesGeneratedManifests(t *testing.T) {
 	if d := cmp.Diff(paths(config), paths(objs)); d != "" {
 		t.Errorf("webhooks differ (-config +chart):\n%s", d)
 	}
+	// Callers send bearer tokens to the route: the kustomize base serves it
+	// over TLS, as the chart does, never in clear.
+	dep := get(t, config, "Deployment/queen-locks-controller-manager")
+	c := field(t, dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	if args := strings.Join(toStrings(c["args"]), " "); !strings.Contains(args, "--route-tls-cert-dir=") || !strings.Contains(args, "--auth=token") {
+		t.Errorf("the kustomize base's manager args %q serve the route without TLS", args)
+	}
+	if _, ok := config["Certificate/queen-locks-route-cert"]; !ok {
+		t.Error("the kustomize base has no certificate for the route")
+	}
 }
 
 // normRules sorts verbs, so rule order within a verb list does not matter.
 func normRules(t *testing.T, o *unstructured.Unstructured) []string {
+	t.Helper()
 	var out []string
 	for _, r := range field(t, o, "rules").([]any) {
 		rm := r.(map[string]any)

@@ -25,6 +25,7 @@ control-plane: ## Build etcd, kube-apiserver and kubectl into bin/.
 tools: control-plane ## Build every tool the project uses.
 	hack/build-tools.sh controller-gen hack/tools sigs.k8s.io/controller-tools/cmd/controller-gen
 	hack/build-tools.sh helm hack/tools helm.sh/helm/v4/cmd/helm
+	hack/build-tools.sh golangci-lint hack/lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: handle-deps
 handle-deps: ## Install the toolchains of the Rust, PHP and C++ handles' tests from Debian's packages (as root).
@@ -60,9 +61,11 @@ build: ## Build bin/manager and bin/queenlock (also as the kubectl plugin bin/ku
 fmt: ## Format the code.
 	gofmt -w $$(git ls-files '*.go')
 
-lint: ## go vet and a gofmt check.
+lint: ## go vet, a gofmt check and golangci-lint (.golangci.yml) over the root module.
 	go vet $(GO_PACKAGES)
 	@files=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$files" ]; then echo "not gofmt'ed:"; echo "$$files"; exit 1; fi
+	hack/build-tools.sh golangci-lint hack/lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	$(BIN)/golangci-lint run $(GO_PACKAGES)
 
 ##@ Test
 

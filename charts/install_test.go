@@ -33,7 +33,7 @@ func TestInstallIntoARealAPIServerAndKeepTheCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Stop()
+	defer func() { _ = e.Stop() }()
 	kc := writeKubeconfig(t, e)
 	ctx := context.Background()
 	helmIn := func(args ...string) string {
@@ -123,7 +123,7 @@ func TestTheChartRBACIsEnoughForTheManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Stop()
+	defer func() { _ = e.Stop() }()
 	// A workload allowed to hold locks in its namespace, through the route.
 	ns := e.Namespace(t, "team")
 	if err := e.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job"}}); err != nil {
@@ -148,7 +148,7 @@ func TestTheChartRBACIsEnoughForTheManager(t *testing.T) {
 		var resp *http.Response
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 			var err error
-			resp, err = http.DefaultClient.Do(req)
+			resp, err = http.DefaultClient.Do(req) //nolint:bodyclose // closed below, once the poll has ended
 			return err == nil, nil
 		})
 		if err != nil {
@@ -160,7 +160,7 @@ func TestTheChartRBACIsEnoughForTheManager(t *testing.T) {
 		}
 		dec := json.NewDecoder(resp.Body)
 		dec.UseNumber() // tokens are whole numbers; never print one as a float
-		if err := dec.Decode(&out); err != nil || resp.StatusCode != 200 {
+		if err := dec.Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s answered %d: %v", op, resp.StatusCode, err)
 		}
 		return out.Results[0]

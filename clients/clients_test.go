@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 // testEnv is what a language's tests need to find the route, in a fresh
 // namespace with its own route.
 func testEnv(t *testing.T, lang string) (url, ns string, environ []string) {
+	t.Helper()
 	ns = env.Namespace(t, lang)
 	url, _ = env.ServeRoute(t, route.AuthNone, ns)
 	environ = append(os.Environ(),
@@ -166,7 +168,7 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 			t.Helper()
 			cmd := exec.Command(argv[0], append(argv[1:], mode, lock)...)
 			cmd.Dir = root
-			cmd.Env = append(environ, "QUEEN_LOCKS_URL="+url)
+			cmd.Env = append(slices.Clip(environ), "QUEEN_LOCKS_URL="+url)
 			cmd.Stderr = &strings.Builder{}
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
@@ -200,10 +202,12 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 		return party{
 			name: argv[0],
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				cmd, stdin, s := start(t, "hold", lock)
 				return s, func() { _ = stdin.Close(); wait(t, cmd) }
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				cmd, stdin, s := start(t, "try", lock)
 				_ = stdin.Close()
 				wait(t, cmd)
@@ -230,6 +234,7 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 		{
 			name: "go",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -242,6 +247,7 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -260,6 +266,7 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 		{
 			name: "queenlock",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner}
 				if r.Token != nil {
@@ -272,6 +279,7 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner, Reason: r.Reason}
 				if r.Holders != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ func cppBuild(t *testing.T) string {
 			out, err := cmd.CombinedOutput()
 			t.Logf("$ %s (%s)", strings.Join(argv, " "), time.Since(start).Round(time.Second))
 			if err != nil {
-				cppBuilt.err = fmt.Errorf("%s: %v (hack/handles/cpp.sh installs what it needs)\n%s", strings.Join(argv, " "), err, out)
+				cppBuilt.err = fmt.Errorf("%s: %w (hack/handles/cpp.sh installs what it needs)\n%s", strings.Join(argv, " "), err, out)
 				return
 			}
 		}
@@ -84,7 +85,7 @@ func cppScriptParty(environ []string, url, name string, argv ...string) party {
 		t.Helper()
 		cmd := exec.Command(argv[0], append(argv[1:], mode, lock)...)
 		cmd.Dir = root
-		cmd.Env = append(environ, "QUEEN_LOCKS_URL="+url)
+		cmd.Env = append(slices.Clip(environ), "QUEEN_LOCKS_URL="+url)
 		cmd.Stderr = &strings.Builder{}
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -118,10 +119,12 @@ func cppScriptParty(environ []string, url, name string, argv ...string) party {
 	return party{
 		name: name,
 		hold: func(t *testing.T, lock string) (seen, func()) {
+			t.Helper()
 			cmd, stdin, s := start(t, "hold", lock)
 			return s, func() { _ = stdin.Close(); wait(t, cmd) }
 		},
 		try: func(t *testing.T, lock string) seen {
+			t.Helper()
 			cmd, stdin, s := start(t, "try", lock)
 			_ = stdin.Close()
 			wait(t, cmd)
@@ -159,6 +162,7 @@ func TestCppHandleAgreesWithTheOthers(t *testing.T) {
 		{
 			name: "go",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -171,6 +175,7 @@ func TestCppHandleAgreesWithTheOthers(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -189,6 +194,7 @@ func TestCppHandleAgreesWithTheOthers(t *testing.T) {
 		{
 			name: "queenlock",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner}
 				if r.Token != nil {
@@ -201,6 +207,7 @@ func TestCppHandleAgreesWithTheOthers(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner, Reason: r.Reason}
 				if r.Holders != nil {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,7 +56,7 @@ func TestPHPHandleAgreesWithTheOtherHandles(t *testing.T) {
 			t.Helper()
 			cmd := exec.Command(argv[0], append(argv[1:], mode, lock)...)
 			cmd.Dir = root
-			cmd.Env = append(environ, "QUEEN_LOCKS_URL="+url)
+			cmd.Env = append(slices.Clip(environ), "QUEEN_LOCKS_URL="+url)
 			cmd.Stderr = &strings.Builder{}
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
@@ -89,10 +90,12 @@ func TestPHPHandleAgreesWithTheOtherHandles(t *testing.T) {
 		return party{
 			name: argv[0],
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				cmd, stdin, s := start(t, "hold", lock)
 				return s, func() { _ = stdin.Close(); wait(t, cmd) }
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				cmd, stdin, s := start(t, "try", lock)
 				_ = stdin.Close()
 				wait(t, cmd)
@@ -120,6 +123,7 @@ func TestPHPHandleAgreesWithTheOtherHandles(t *testing.T) {
 		{
 			name: "go",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -132,6 +136,7 @@ func TestPHPHandleAgreesWithTheOtherHandles(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -150,6 +155,7 @@ func TestPHPHandleAgreesWithTheOtherHandles(t *testing.T) {
 		{
 			name: "queenlock",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner}
 				if r.Token != nil {
@@ -162,6 +168,7 @@ func TestPHPHandleAgreesWithTheOtherHandles(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner, Reason: r.Reason}
 				if r.Holders != nil {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -115,7 +116,7 @@ func rustScript(url string, environ []string, name string, argv ...string) party
 		t.Helper()
 		cmd := exec.Command(argv[0], append(argv[1:], mode, lock)...)
 		cmd.Dir = root
-		cmd.Env = append(environ, "QUEEN_LOCKS_URL="+url)
+		cmd.Env = append(slices.Clip(environ), "QUEEN_LOCKS_URL="+url)
 		cmd.Stderr = &strings.Builder{}
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -149,10 +150,12 @@ func rustScript(url string, environ []string, name string, argv ...string) party
 	return party{
 		name: name,
 		hold: func(t *testing.T, lock string) (seen, func()) {
+			t.Helper()
 			cmd, stdin, s := start(t, "hold", lock)
 			return s, func() { _ = stdin.Close(); wait(t, cmd) }
 		},
 		try: func(t *testing.T, lock string) seen {
+			t.Helper()
 			cmd, stdin, s := start(t, "try", lock)
 			_ = stdin.Close()
 			wait(t, cmd)
@@ -189,6 +192,7 @@ func TestRustHandleAgreesWithTheOthers(t *testing.T) {
 		{
 			name: "go",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -201,6 +205,7 @@ func TestRustHandleAgreesWithTheOthers(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				h := goClient.Lock(lock, 30*time.Second)
 				ok, err := h.Acquire(ctx)
 				if err != nil {
@@ -219,6 +224,7 @@ func TestRustHandleAgreesWithTheOthers(t *testing.T) {
 		{
 			name: "queenlock",
 			hold: func(t *testing.T, lock string) (seen, func()) {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner}
 				if r.Token != nil {
@@ -231,6 +237,7 @@ func TestRustHandleAgreesWithTheOthers(t *testing.T) {
 				}
 			},
 			try: func(t *testing.T, lock string) seen {
+				t.Helper()
 				r := cli(t, "acquire", lock, "--ttl", "30s")
 				s := seen{Acquired: r.Acquired != nil && *r.Acquired, Owner: r.Owner, Reason: r.Reason}
 				if r.Holders != nil {

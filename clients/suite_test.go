@@ -55,7 +55,7 @@ func setUp(e *controlplane.Env) error {
 	build := exec.Command("go", "build", "-o", queenlock, "./cmd/queenlock")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building queenlock: %v: %s", err, out)
+		return fmt.Errorf("building queenlock: %w: %s", err, out)
 	}
 	kubeconfig = filepath.Join(tmp, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, e.Env.KubeConfig, 0o600); err != nil {

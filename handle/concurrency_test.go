@@ -147,7 +147,7 @@ func TestRunStopsWaitingWhenItsContextEnds(t *testing.T) {
 		if ok, err := holder.Acquire(ctx); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
-		defer holder.Release(ctx)
+		defer func() { _ = holder.Release(ctx) }()
 		waiter := c.Lock("wanted", 30*time.Second)
 		rctx, cancel := context.WithCancel(ctx)
 		waiting := make(chan string, 1)

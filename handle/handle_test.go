@@ -16,10 +16,14 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-func namespace(t *testing.T) string { return env.Namespace(t, "handle") }
+func namespace(t *testing.T) string {
+	t.Helper()
+	return env.Namespace(t, "handle")
+}
 
 // transports runs f once over the route and once straight over the API.
 func transports(t *testing.T, f func(t *testing.T, ns string, tr handle.Transport)) {
+	t.Helper()
 	t.Run("http", func(t *testing.T) {
 		ns := namespace(t)
 		url, _ := startRoute(t, ns)
@@ -229,7 +233,7 @@ func TestSemaphoreHandlesTakeDistinctSlots(t *testing.T) {
 				t.Fatal(ok, err)
 			}
 			slots[h.Slot()] = true
-			defer h.Release(ctx)
+			defer func() { _ = h.Release(ctx) }()
 		}
 		if len(slots) != 3 {
 			t.Fatalf("slots %v", slots)

@@ -17,5 +17,6 @@ func TestMain(m *testing.M) {
 // startRoute serves an --auth=none route for namespace ns on a loopback port
 // until stop is called or the test ends.
 func startRoute(t *testing.T, ns string) (url string, stop func()) {
+	t.Helper()
 	return env.ServeRoute(t, route.AuthNone, ns)
 }

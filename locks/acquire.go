@@ -243,7 +243,7 @@ func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.Quee
 		// minted is known to nobody). A retry acquires again.
 		rv := got.ResourceVersion
 		if derr := l.delete(ctx, got.Namespace, got.Name, metav1.Preconditions{UID: &got.UID, ResourceVersion: &rv}); derr != nil && !apierrors.IsNotFound(derr) {
-			err = fmt.Errorf("%w (and giving back slot %d failed: %v)", err, got.Spec.Slot, derr)
+			err = fmt.Errorf("%w (and giving back slot %d failed: %v)", err, got.Spec.Slot, derr) //nolint:errorlint // derr is told, not wrapped: callers sort the error by the list's failure alone
 		}
 		return Acquired{}, fmt.Errorf("checking that owner %q holds one slot of lock %q: %w", a.owner, a.lock, err)
 	}

@@ -10,7 +10,10 @@ import (
 	"github.com/queen-locks/queen-locks/locks"
 )
 
-func namespace(t *testing.T) string { return env.Namespace(t, "locks") }
+func namespace(t *testing.T) string {
+	t.Helper()
+	return env.Namespace(t, "locks")
+}
 
 // racer is the real API server with a crowd in front of it: just before each
 // of our creates, another owner creates the same permit, and right after, it

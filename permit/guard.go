@@ -66,7 +66,7 @@ func ParseGuard(s string) (Guard, error) {
 	}
 	g := Guard{Lock: s[:i]}
 	if err := ValidateName(g.Lock); err != nil {
-		return Guard{}, fmt.Errorf("lock name %q: %v", g.Lock, err)
+		return Guard{}, fmt.Errorf("lock name %q: %w", g.Lock, err)
 	}
 	slot, err := strconv.Atoi(slotStr)
 	if err != nil || ValidateSlot(int64(slot), MaxLimit) != nil {

@@ -16,7 +16,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "locks.queen.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the types of this group version.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion} //nolint:staticcheck // SA1019: kubebuilder's layout; moving to runtime.SchemeBuilder changes this package's exported API
 
 	// AddToScheme adds the types of this group version to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme

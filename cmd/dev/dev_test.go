@@ -123,7 +123,7 @@ func startMakeDev(t *testing.T) (cmd *exec.Cmd, procs []proc, exited <-chan erro
 	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-exited:
-			return false, fmt.Errorf("make dev exited: %v", err)
+			return false, fmt.Errorf("make dev exited: %v", err) //nolint:errorlint // err is nil when make exited 0: %w would print %!w(<nil>)
 		default:
 		}
 		resp, err := http.Get("http://" + addr + "/healthz")
@@ -195,13 +195,14 @@ func awaitAllGone(t *testing.T, exited <-chan error, procs []proc) {
 		t.Fatalf("after the signal: %v", err)
 	}
 	select {
-	case <-exited:
+	case <-exited: //nolint:errcheck // only that make exits matters here, not its status after the signal
 	case <-time.After(time.Minute):
 		t.Fatal("make did not exit")
 	}
 }
 
 func skipUnlessControlPlane(t *testing.T) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts make dev")
 	}

@@ -95,7 +95,7 @@ Ctrl-C stops it all.
 	select {
 	case <-stop:
 	case <-env.Done():
-		return fmt.Errorf("the manager stopped: %v", env.Err())
+		return fmt.Errorf("the manager stopped: %v", env.Err()) //nolint:errorlint // Err is nil when the manager stopped cleanly: %w would print %!w(<nil>)
 	}
 	return nil
 }

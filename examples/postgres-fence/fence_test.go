@@ -82,7 +82,7 @@ func TestAReplacedHolderChangesNoRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Release(ctx)
+	defer func() { _ = b.Release(ctx) }()
 	if b.Token() <= tokenA {
 		t.Fatalf("B's token %d is not above A's %d", b.Token(), tokenA)
 	}

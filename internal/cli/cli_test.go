@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,11 +21,15 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-func namespace(t *testing.T) string { return env.Namespace(t, "cli") }
+func namespace(t *testing.T) string {
+	t.Helper()
+	return env.Namespace(t, "cli")
+}
 
 // where runs f over the route and over the Kubernetes API: conn are the
 // flags that point queenlock at the locks of ns.
 func where(t *testing.T, f func(t *testing.T, ns string, conn []string)) {
+	t.Helper()
 	t.Run("route", func(t *testing.T) {
 		ns := namespace(t)
 		f(t, ns, []string{"--server", startRoute(t, ns)})
@@ -44,7 +49,8 @@ func cmd(sub, name string, conn []string, args ...string) *exec.Cmd {
 }
 
 func exitCode(err error) int {
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return ee.ExitCode()
 	}
 	if err != nil {
@@ -115,7 +121,9 @@ func TestRunOnceAtATime(t *testing.T) {
 func TestRunSemaphoreWaits(t *testing.T) {
 	where(t, func(t *testing.T, ns string, conn []string) {
 		dir := t.TempDir()
-		os.Mkdir(filepath.Join(dir, "running"), 0o700)
+		if err := os.Mkdir(filepath.Join(dir, "running"), 0o700); err != nil {
+			t.Fatal(err)
+		}
 		// Each run marks itself running, records how many are, and leaves.
 		script := `touch ` + dir + `/running/$$; ls ` + dir + `/running | wc -l >> ` + dir + `/counts; sleep 0.3; rm ` + dir + `/running/$$`
 		var wg sync.WaitGroup

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestCronJobExampleManifests(t *testing.T) {
 		dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
 		for {
 			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err == io.EOF {
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
 				t.Fatalf("%s: %v", file, err)

@@ -46,6 +46,7 @@ func heldBy(t *testing.T, ns string) []string {
 }
 
 func holds(t *testing.T, ns, owner string) bool {
+	t.Helper()
 	for _, o := range heldBy(t, ns) {
 		if o == owner {
 			return true

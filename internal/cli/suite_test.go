@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 			queenlock = filepath.Join(dir, "queenlock")
 			var out []byte
 			if out, err = exec.Command("go", "build", "-o", queenlock, "../../cmd/queenlock").CombinedOutput(); err != nil {
-				err = fmt.Errorf("%v: %s", err, out)
+				err = fmt.Errorf("%w: %s", err, out)
 			}
 			kubeconfig = filepath.Join(dir, "kubeconfig")
 			if err == nil {
@@ -43,6 +43,7 @@ func TestMain(m *testing.M) {
 // startRoute serves an --auth=none route for ns until the test ends and
 // answers its base URL, as queenlock --server takes it.
 func startRoute(t *testing.T, ns string) string {
+	t.Helper()
 	url, _ := env.ServeRoute(t, route.AuthNone, ns)
 	return strings.TrimSuffix(url, route.Path)
 }

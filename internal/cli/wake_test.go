@@ -35,6 +35,7 @@ func (a *apiCounter) counts() (creates, watches int) {
 // kubeconfigThroughCounter serves a proxy to the API server until the test
 // ends and answers a kubeconfig that reaches the API server through it.
 func kubeconfigThroughCounter(t *testing.T) (string, *apiCounter) {
+	t.Helper()
 	target, err := url.Parse(env.Config.Host)
 	if err != nil {
 		t.Fatal(err)

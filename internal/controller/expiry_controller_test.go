@@ -18,7 +18,10 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-func namespace(t *testing.T) string { return env.Namespace(t, "exp") }
+func namespace(t *testing.T) string {
+	t.Helper()
+	return env.Namespace(t, "exp")
+}
 
 func create(t *testing.T, ns, lock string, ttl int64) *locksv1alpha1.QueenLock {
 	t.Helper()

@@ -22,7 +22,7 @@ func TestWebhookNotAnsweringIs503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Stop()
+	defer func() { _ = other.Stop() }()
 	url, _ := other.ServeRoute(t, route.AuthNone, "default")
 	if code, out := call(t, url, "", body("default", acquire("up", "o", 30, 0))); code != http.StatusOK {
 		t.Fatalf("with the webhook up: %d %v", code, out)

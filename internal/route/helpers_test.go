@@ -107,7 +107,10 @@ func keys(m J) string {
 	return strings.Join(ks, ",")
 }
 
-func namespace(t *testing.T) string { return env.Namespace(t, "route") }
+func namespace(t *testing.T) string {
+	t.Helper()
+	return env.Namespace(t, "route")
+}
 
 func permits(t *testing.T, ns string) []locksv1alpha1.QueenLock {
 	t.Helper()

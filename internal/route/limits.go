@@ -170,8 +170,9 @@ func (a *admission) enterSource(addr string) (leave func(), ok bool) {
 	return a.sources.enter(addr, a.perSource)
 }
 
-// counts counts what is in progress per key (a caller, an address), and
-// keeps a key only while something of it is. The zero value is ready.
+// counts keeps the count of what is in progress per key (a caller, an
+// address), and keeps a key only while something of it is. The zero value
+// is ready.
 type counts struct {
 	mu sync.Mutex
 	n  map[string]int

@@ -36,7 +36,8 @@ import (
 // hostOf is the host:port of a route URL.
 func hostOf(url string) string {
 	rest := url[strings.Index(url, "://")+3:]
-	return rest[:strings.Index(rest, "/")]
+	host, _, _ := strings.Cut(rest, "/")
+	return host
 }
 
 // slowCall opens a connection and sends a call's headers, declaring a body

@@ -231,7 +231,7 @@ func str(raw json.RawMessage) (string, error) {
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", fmt.Errorf("must be a string: %v", err)
+		return "", fmt.Errorf("must be a string: %w", err)
 	}
 	return s, nil
 }

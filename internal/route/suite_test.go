@@ -32,9 +32,6 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// serveWith starts a --auth=none route over cfg.
-func serveWith(cfg *rest.Config) (string, error) { return serve(route.AuthNone, cfg) }
-
 // serve starts a route over cfg until the process ends.
 func serve(auth string, cfg *rest.Config) (string, error) {
 	url, _, err := env.StartRoute(cfg, auth, "default")

@@ -167,7 +167,7 @@ func TestARetryReachingTheOtherReplicaIsCarriedThrough(t *testing.T) {
 	})
 
 	t.Run("a token from before a takeover stays lost", func(t *testing.T) {
-		a := results(t, tp, r0, fmt.Sprintf(`{"op":"acquire","name":"short","ttlSeconds":1,"owner":"w"}`))[0]
+		a := results(t, tp, r0, `{"op":"acquire","name":"short","ttlSeconds":1,"owner":"w"}`)[0]
 		old := num(t, a["token"])
 		// Taken over (or freed by the controller and acquired again) by the
 		// same owner once it expired, then renewed.

@@ -43,6 +43,7 @@ func asleep(t *testing.T, n int) {
 
 // inBackground runs one call in the background and answers its result.
 func inBackground(t *testing.T, ns, op string) <-chan J {
+	t.Helper()
 	ch := make(chan J, 1)
 	go func() { ch <- ops(t, ns, op)[0] }()
 	return ch
@@ -52,11 +53,13 @@ func TestAWaiterIsWokenWhenThePermitFrees(t *testing.T) {
 	ns := namespace(t)
 	frees := map[string]func(t *testing.T, held J){
 		"release": func(t *testing.T, held J) {
+			t.Helper()
 			if r := one(t, ns, fmt.Sprintf(`{"op":"release","name":"w-release","token":%d,"owner":"a"}`, num(t, held["token"]))); r["released"] != true {
 				t.Fatal(r)
 			}
 		},
 		"kubectl delete": func(t *testing.T, held J) {
+			t.Helper()
 			p := permits(t, ns)
 			for i := range p {
 				if p[i].Spec.Lock == "w-delete" {
@@ -66,7 +69,7 @@ func TestAWaiterIsWokenWhenThePermitFrees(t *testing.T) {
 				}
 			}
 		},
-		"expiry": func(t *testing.T, held J) {}, // a 1 s lifetime runs out by itself
+		"expiry": func(t *testing.T, held J) { t.Helper() }, // a 1 s lifetime runs out by itself
 	}
 	for how, free := range frees {
 		t.Run(how, func(t *testing.T) {

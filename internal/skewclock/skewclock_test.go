@@ -17,7 +17,7 @@ func TestTheOffsetFollowsTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := c.Now().Sub(time.Now()); d < 400*time.Millisecond || d > 600*time.Millisecond {
+	if d := time.Until(c.Now()); d < 400*time.Millisecond || d > 600*time.Millisecond {
 		t.Fatalf("ahead by %s, want about 500ms", d)
 	}
 	if err := Write(path, -300*time.Millisecond); err != nil {
@@ -25,7 +25,7 @@ func TestTheOffsetFollowsTheFile(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		d := c.Now().Sub(time.Now())
+		d := time.Until(c.Now())
 		if d < -200*time.Millisecond && d > -400*time.Millisecond {
 			break
 		}

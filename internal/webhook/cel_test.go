@@ -27,7 +27,7 @@ func TestCRDRulesRecheckEveryWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bare.Stop()
+	defer func() { _ = bare.Stop() }()
 	raw, err := os.ReadFile(filepath.Join(controlplane.Root(), "config", "crd", "bases", "locks.queen.dev_queenlocks.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func TestOnlyTheManagerFinishesACascadingDelete(t *testing.T) {
 		{metav1.DeletePropagationForeground, metav1.FinalizerDeleteDependents},
 		{metav1.DeletePropagationOrphan, metav1.FinalizerOrphanDependents},
 	} {
-		p := newPermit(ns, "gc-"+string(c.finalizer[:6]), 0, 1, "a", 600)
+		p := newPermit(ns, "gc-"+c.finalizer[:6], 0, 1, "a", 600)
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,10 @@ import (
 )
 
 // namespace makes a fresh namespace for one test.
-func namespace(t *testing.T) string { return env.Namespace(t, "wh") }
+func namespace(t *testing.T) string {
+	t.Helper()
+	return env.Namespace(t, "wh")
+}
 
 func newPermit(ns, lock string, slot, limit int32, owner string, ttl int64) *locksv1alpha1.QueenLock {
 	return &locksv1alpha1.QueenLock{

@@ -64,7 +64,7 @@ func post(url, body string) error {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 || strings.Contains(string(b), `"acquired":false`) {
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(b), `"acquired":false`) {
 		return fmt.Errorf("batch answered %d: %.200s", resp.StatusCode, b)
 	}
 	return nil
@@ -303,7 +303,7 @@ func holdMany(t handle.Transport, n int) error {
 			if err != nil || !a.Acquired {
 				mu.Lock()
 				if firstErr == nil {
-					firstErr = fmt.Errorf("acquire mem-%d: %v", i, err)
+					firstErr = fmt.Errorf("acquire mem-%d: %v", i, err) //nolint:errorlint // err is nil when the call answered but did not acquire: %w would print %!w(<nil>)
 				}
 				mu.Unlock()
 			}

@@ -230,7 +230,7 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	if err != nil {
 		return err
 	}
-	defer env.Stop()
+	defer func() { _ = env.Stop() }()
 	ctx := context.Background()
 	if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, nsObj("bench"), metav1.CreateOptions{}); err != nil {
 		return err

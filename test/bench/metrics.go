@@ -79,7 +79,7 @@ func parseLine(line string) (sample, error) {
 	return s, nil
 }
 
-// parseLabels reads `name="value",...}` into into and answers what follows
+// parseLabels reads `name="value",...}` into the map into and answers what follows
 // the closing brace. Values may hold the escapes \\, \" and \n, and commas.
 func parseLabels(s string, into map[string]string) (string, error) {
 	for {

@@ -131,7 +131,7 @@ func expiries(t handle.Transport, lock string, rounds int, wake bool) ([]time.Du
 	for i := range rounds {
 		dead, err := t.Acquire(ctx, lock, fmt.Sprint("dead-", i), 1, 1)
 		if err != nil || !dead.Acquired {
-			return nil, fmt.Errorf("the holder that dies: %+v %v", dead, err)
+			return nil, fmt.Errorf("the holder that dies: %+v %v", dead, err) //nolint:errorlint // err is nil when the call answered but did not acquire: %w would print %!w(<nil>)
 		}
 		a, at, err := waitFor(ctx, t, lock, fmt.Sprint("next-", i), 1, wake)
 		if err != nil {
@@ -160,7 +160,7 @@ func podGaps(env *controlplane.Env, t handle.Transport, ns, lock string, rounds 
 		}
 		h, err := direct.Acquire(ctx, ns, lock, pod.Name, 600, 1, locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
 		if err != nil || !h.Acquired {
-			return nil, fmt.Errorf("the pod's acquire: %+v %v", h, err)
+			return nil, fmt.Errorf("the pod's acquire: %+v %v", h, err) //nolint:errorlint // err is nil when the call answered but did not acquire: %w would print %!w(<nil>)
 		}
 		type answer struct {
 			a   locks.Acquired

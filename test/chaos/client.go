@@ -307,8 +307,8 @@ func (c *Client) writeWith(ctx context.Context, w writeSpec) {
 			got, err = c.Kube.CoreV1().ConfigMaps(c.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
 		}
 		op.Return = time.Now().UnixNano()
-		switch {
-		case err == nil:
+		switch err {
+		case nil:
 			op.Outcome = Written
 			op.Version, _ = permit.Token(got.ResourceVersion)
 		default:

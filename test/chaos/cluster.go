@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
-	"math/rand/v2"
 	"sync"
 	"syscall"
 	"time"
@@ -111,7 +111,7 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 	rt := RouteTransport(c.harnessRoute(), Namespace, c.tokenFile)
 	a, err := rt.Acquire(ctx, Lock, "setup", 60, 1)
 	if err != nil || !a.Acquired {
-		return fmt.Errorf("acquiring %s to create the guarded ConfigMap: %+v %v", Lock, a, err)
+		return fmt.Errorf("acquiring %s to create the guarded ConfigMap: %+v %v", Lock, a, err) //nolint:errorlint // err is nil when the call answered but did not acquire: %w would print %!w(<nil>)
 	}
 	g := permit.Guard{Lock: Lock, Token: a.Permit.Token}
 	cm := &corev1.ConfigMap{
@@ -123,7 +123,7 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if ok, err := rt.Release(ctx, Lock, 0, a.Permit.Token, "setup"); err != nil || !ok {
-		return fmt.Errorf("releasing %s after creating the guarded ConfigMap: %v %v", Lock, ok, err)
+		return fmt.Errorf("releasing %s after creating the guarded ConfigMap: %v %v", Lock, ok, err) //nolint:errorlint // err is nil when the call answered but did not release: %w would print %!w(<nil>)
 	}
 	return nil
 }

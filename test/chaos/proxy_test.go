@@ -24,7 +24,7 @@ func echo(t *testing.T, name string) string {
 			go func() {
 				defer c.Close()
 				line, _ := bufio.NewReader(c).ReadString('\n')
-				c.Write([]byte(name + ":" + line))
+				_, _ = c.Write([]byte(name + ":" + line))
 			}()
 		}
 	}()
@@ -37,7 +37,7 @@ func ask(addr string, timeout time.Duration) (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(timeout))
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	if _, err := c.Write([]byte("hi\n")); err != nil {
 		return "", err
 	}

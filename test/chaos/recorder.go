@@ -78,7 +78,7 @@ func (r *recorder) follow(ctx context.Context, last uint64, open func(context.Co
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
 				if st := apierrors.FromObject(ev.Object); apierrors.IsResourceExpired(st) || apierrors.IsGone(st) {
-					r.fail(fmt.Errorf("a watch was refused from version %d (%v): the history has a hole", last, st))
+					r.fail(fmt.Errorf("a watch was refused from version %d (%w): the history has a hole", last, st))
 					w.Stop()
 					return
 				}

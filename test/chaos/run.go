@@ -63,12 +63,12 @@ type Config struct {
 	// replica.
 	DropAnswers float64
 	Seed        uint64
-	Manager string   // the manager binary (bin/manager)
-	Self    string   // this binary, run as "client" for each client
-	Dir     string   // logs, kubeconfig and history.json
-	Faults  []string // the kinds to inject, in turn
-	Roles   []string // misbehaving clients, one process each, after the holders
-	Logf    func(string, ...any)
+	Manager     string   // the manager binary (bin/manager)
+	Self        string   // this binary, run as "client" for each client
+	Dir         string   // logs, kubeconfig and history.json
+	Faults      []string // the kinds to inject, in turn
+	Roles       []string // misbehaving clients, one process each, after the holders
+	Logf        func(string, ...any)
 }
 
 // Result is a run's history, what the nemesis did and what the checks found.

@@ -71,6 +71,7 @@ func await(t *testing.T, what string, timeout time.Duration, cond func(context.C
 }
 
 func needInstall(t *testing.T) {
+	t.Helper()
 	if !installed {
 		t.Skip("the chart is not installed (TestInstall failed)")
 	}
@@ -78,6 +79,7 @@ func needInstall(t *testing.T) {
 
 // managerImage is the name make image gives the manager's image.
 func managerImage(t *testing.T) (repo, tag string) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "charts", "queen-locks", "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -194,7 +194,7 @@ func checkTools() error {
 func run(args ...string) error {
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -206,7 +206,7 @@ func removeNetns(name string, logf func(string, ...any)) error {
 	for i := 0; i < 50; i++ {
 		out, err := exec.Command("ip", "netns", "pids", name).Output()
 		if err != nil {
-			return fmt.Errorf("ip netns pids %s: %v", name, err)
+			return fmt.Errorf("ip netns pids %s: %w", name, err)
 		}
 		pids := strings.Fields(string(out))
 		if len(pids) == 0 {

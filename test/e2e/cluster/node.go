@@ -94,7 +94,7 @@ state = %q
 		start := time.Now()
 		out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "-n", "k8s.io", "images", "import", img).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("ctr images import %s: %v\n%s", img, err, out)
+			return fmt.Errorf("ctr images import %s: %w\n%s", img, err, out)
 		}
 		c.logf("imported %s in %s: %s", filepath.Base(img), time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
 	}

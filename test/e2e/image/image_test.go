@@ -110,7 +110,7 @@ func TestImage(t *testing.T) {
 	t.Cleanup(func() {
 		if !stopped {
 			_ = mgr.Process.Kill()
-			<-exited
+			<-exited //nolint:errcheck // killed: its exit status says nothing
 		}
 		if t.Failed() {
 			t.Logf("manager output:\n%s", logs.String())
@@ -129,7 +129,7 @@ func TestImage(t *testing.T) {
 			select {
 			case err := <-exited:
 				stopped = true
-				return false, fmt.Errorf("the manager exited: %v", err)
+				return false, fmt.Errorf("the manager exited: %v", err) //nolint:errorlint // err is nil when the manager exited 0: %w would print %!w(<nil>)
 			default:
 			}
 			return cond(ctx)

@@ -1,7 +1,7 @@
-// Package clients_test runs the Python and JavaScript handles' own tests
-// (unittest, node --test) against the real route of a local control plane,
-// and checks that the CLI, the Go handle and both handles agree on who
-// holds a lock.
+// Package clients_test runs each handle's own tests in its own runner
+// (unittest, node --test, cargo test, PHPUnit, CTest) against the real
+// route of a local control plane, and checks that the CLI and every handle
+// agree on who holds a lock.
 package clients_test
 
 import (
@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -162,60 +163,6 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 	ctx := context.Background()
 	goClient := handle.New(handle.HTTP(url, handle.HTTPOptions{Namespace: ns}))
 
-	// A helper script (Python's or Node's) that holds or tries a lock.
-	script := func(argv ...string) party {
-		start := func(t *testing.T, mode, lock string) (*exec.Cmd, io.WriteCloser, seen) {
-			t.Helper()
-			cmd := exec.Command(argv[0], append(argv[1:], mode, lock)...)
-			cmd.Dir = root
-			cmd.Env = append(slices.Clip(environ), "QUEEN_LOCKS_URL="+url)
-			cmd.Stderr = &strings.Builder{}
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var s seen
-			line, err := bufio.NewReader(stdout).ReadBytes('\n')
-			if err == nil {
-				err = json.Unmarshal(line, &s)
-			}
-			if err != nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				t.Fatalf("%s %s %s: %v: %q; stderr: %s", strings.Join(argv, " "), mode, lock, err, line, cmd.Stderr)
-			}
-			return cmd, stdin, s
-		}
-		wait := func(t *testing.T, cmd *exec.Cmd) {
-			t.Helper()
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("%s: %v; stderr: %s", strings.Join(cmd.Args, " "), err, cmd.Stderr)
-			}
-		}
-		return party{
-			name: argv[0],
-			hold: func(t *testing.T, lock string) (seen, func()) {
-				t.Helper()
-				cmd, stdin, s := start(t, "hold", lock)
-				return s, func() { _ = stdin.Close(); wait(t, cmd) }
-			},
-			try: func(t *testing.T, lock string) seen {
-				t.Helper()
-				cmd, stdin, s := start(t, "try", lock)
-				_ = stdin.Close()
-				wait(t, cmd)
-				return s
-			},
-		}
-	}
-
 	cli := func(t *testing.T, args ...string) routeapi.Result {
 		t.Helper()
 		cmd := exec.Command(queenlock, append(args, "--server", base, "-n", ns)...)
@@ -291,13 +238,16 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 				return s
 			},
 		},
-		script("python3", "clients/python/tests/holder.py"),
-		script("node", "clients/js/testing/holder.js"),
+		scriptParty(url, environ, "python", "python3", "clients/python/tests/holder.py"),
+		scriptParty(url, environ, "javascript", "node", "clients/js/testing/holder.js"),
+		scriptParty(url, environ, "rust", rustHolder(t)),
+		scriptParty(url, environ, "php", "php", "clients/php/testing/holder.php"),
+		scriptParty(url, environ, "cpp", filepath.Join(cppBuild(t), "queen-locks-holder")),
 	}
 
 	for _, holder := range parties {
 		t.Run("held by "+holder.name, func(t *testing.T) {
-			lock := "agree-" + strings.TrimSuffix(holder.name, "3")
+			lock := "agree-" + holder.name
 			got, release := holder.hold(t, lock)
 			if !got.Acquired || got.Owner == "" || got.Token == 0 {
 				t.Fatalf("%s did not acquire a free lock: %+v", holder.name, got)
@@ -321,5 +271,61 @@ func TestEveryHandleSeesTheOthersLocks(t *testing.T) {
 			}
 			_ = after.Release(ctx)
 		})
+	}
+}
+
+// scriptParty is a party played by a holder program of one of the
+// languages (clients/python/tests/holder.py says what one does): hold a
+// lock until its stdin closes, or try one once.
+func scriptParty(url string, environ []string, name string, argv ...string) party {
+	start := func(t *testing.T, mode, lock string) (*exec.Cmd, io.WriteCloser, seen) {
+		t.Helper()
+		cmd := exec.Command(argv[0], append(argv[1:], mode, lock)...)
+		cmd.Dir = root
+		cmd.Env = append(slices.Clip(environ), "QUEEN_LOCKS_URL="+url)
+		cmd.Stderr = &strings.Builder{}
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var s seen
+		line, err := bufio.NewReader(stdout).ReadBytes('\n')
+		if err == nil {
+			err = json.Unmarshal(line, &s)
+		}
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("%s %s %s: %v: %q; stderr: %s", strings.Join(argv, " "), mode, lock, err, line, cmd.Stderr)
+		}
+		return cmd, stdin, s
+	}
+	wait := func(t *testing.T, cmd *exec.Cmd) {
+		t.Helper()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%s: %v; stderr: %s", strings.Join(cmd.Args, " "), err, cmd.Stderr)
+		}
+	}
+	return party{
+		name: name,
+		hold: func(t *testing.T, lock string) (seen, func()) {
+			t.Helper()
+			cmd, stdin, s := start(t, "hold", lock)
+			return s, func() { _ = stdin.Close(); wait(t, cmd) }
+		},
+		try: func(t *testing.T, lock string) seen {
+			t.Helper()
+			cmd, stdin, s := start(t, "try", lock)
+			_ = stdin.Close()
+			wait(t, cmd)
+			return s
+		},
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,16 +23,20 @@ func classify(i int, op string, err error) *callError {
 		return &callError{Code: http.StatusBadRequest, Field: "namespace", Index: &i,
 			Message: fmt.Sprintf("operations[%d] (%s): the namespace does not exist", i, op)}
 	}
-	if strings.Contains(err.Error(), "denied the request") {
-		// A refusal that is neither held nor lost: a fault of queen-locks
-		// (the route sent what the webhook will not admit), not an outage.
+	if apierrors.IsInvalid(err) {
+		// The webhook or the CRD's rules refused what the route wrote, for a
+		// reason other than held or lost (those are answers): a fault of
+		// queen-locks, not an outage.
 		return &callError{Code: http.StatusInternalServerError, Index: &i,
 			Message: fmt.Sprintf("operations[%d] (%s): the admission webhook refused the route's write; see the manager's log", i, op)}
 	}
 	why := "the API server did not carry it out"
-	if strings.Contains(err.Error(), "webhook") {
-		why = "the admission webhook did not answer"
-	} else if reason := apierrors.ReasonForError(err); reason != metav1.StatusReasonUnknown {
+	switch reason := apierrors.ReasonForError(err); {
+	case apierrors.IsInternalError(err), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), apierrors.IsServiceUnavailable(err):
+		// A webhook that does not answer (failurePolicy Fail) comes back as
+		// an internal error; which of the two failed is in the log.
+		why = "the API server or its admission webhook did not answer"
+	case reason != metav1.StatusReasonUnknown:
 		why += " (" + string(reason) + ")"
 	}
 	return &callError{Code: http.StatusServiceUnavailable, Index: &i,

@@ -24,7 +24,9 @@ func isLostRace(err error) bool {
 }
 
 // isQuota tells whether the ResourceQuota admission refused a create: the
-// namespace may hold no more permits.
+// namespace may hold no more permits. The one error kind told by its text:
+// the quota admission answers a plain Forbidden, shaped like an RBAC
+// refusal, with no reason or cause of its own to tell them apart.
 func isQuota(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
 }

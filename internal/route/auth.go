@@ -200,7 +200,9 @@ func normalizeBearer(h http.Header) {
 
 // unavailable tells a TokenReview that did not happen (the API server did
 // not answer, or refused the manager) from one that refused the token,
-// whose error is a plain message.
+// whose error is a plain message. The webhook token authenticator of
+// k8s.io/apiserver formats its retries' failure into a plain error too,
+// so that one is told by its text.
 func unavailable(err error) bool {
 	var status apierrors.APIStatus
 	var uerr *url.Error

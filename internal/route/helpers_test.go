@@ -7,8 +7,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,12 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/route"
 )
 
@@ -124,21 +119,8 @@ func permits(t *testing.T, ns string) []locksv1alpha1.QueenLock {
 // applyFile creates the objects of a YAML file of the repository, once.
 func applyFile(t *testing.T, path string) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(controlplane.Root(), path))
-	if err != nil {
+	if err := env.ApplyFile(path); err != nil {
 		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(raw), "\n---") {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := env.Client.Create(context.Background(), u); err != nil && !strings.Contains(err.Error(), "already exists") {
-			t.Fatal(err)
-		}
 	}
 }
 

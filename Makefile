@@ -100,6 +100,9 @@ chaos: tools build ## Fault injection for CHAOS_DURATION (5m): kills and pauses,
 	$(BIN)/chaos -duration $(CHAOS_DURATION) -manager $(BIN)/manager $(CHAOS_FLAGS)
 
 include hack/e2e.mk
+# Optional fragments: the Kubernetes versions the suites are also run
+# against, and the monitoring artefacts' checks.
+-include hack/compat.mk hack/monitoring.mk
 
 ##@ Run
 

@@ -27,6 +27,7 @@ func main() {
 	flag.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect one replica to run the expiry controller; every replica serves the webhooks and the route.")
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's).")
 	flag.DurationVar(&o.ExpiryGrace, "expiry-grace", controller.DefaultGrace, "How long past expireTime a permit is kept before the controller deletes it, for clock skew between replicas.")
+	flag.BoolVar(&o.GatedPods, "gated-pods", false, "Serve the gated pods' webhook and admit gated pods (pods labelled locks.queen.dev/gate: \"true\") as their locks free; needs the pod webhook configuration, the admission policies and the rights on pods the chart installs with gatedPods.enabled.")
 	flag.StringVar(&o.RouteAddr, "route-address", ":6632", "Address of the HTTP route POST /api/v1/locks; empty turns it off.")
 	flag.StringVar(&o.Auth, "auth", route.AuthToken, "How the route authenticates callers: token (a ServiceAccount token verified with a TokenReview, each operation authorized with a SubjectAccessReview) or none (every caller unverified, on a loopback --route-address only; for development).")
 	flag.StringVar(&o.DefaultNamespace, "default-namespace", "default", "With --auth=none, the namespace of calls that name none.")

@@ -70,6 +70,12 @@ type Options struct {
 	// MetricsAddr serves the manager's metrics (HTTPS, authorized per
 	// scrape); empty serves none.
 	MetricsAddr string
+	// GatedPods installs the gated pods' webhook configuration, admission
+	// policies and pod rights (config/gate) and runs the manager with gated
+	// pods on, under its own ServiceAccount (AsManagerServiceAccount,
+	// unless ManagerConfig says otherwise): the policies know the manager
+	// by that identity.
+	GatedPods bool
 	// RouteAddr, Auth and DefaultNamespace run the HTTP route in the manager.
 	RouteAddr        string
 	Auth             string
@@ -123,6 +129,9 @@ func Start(o Options) (*Env, error) {
 		te.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			Paths: []string{filepath.Join(root, "config", "webhook")},
 		}
+		if o.GatedPods {
+			te.WebhookInstallOptions.Paths = append(te.WebhookInstallOptions.Paths, filepath.Join(root, "config", "gate", "webhook.yaml"))
+		}
 	}
 	cfg, err := te.Start()
 	if err != nil {
@@ -152,6 +161,16 @@ func Start(o Options) (*Env, error) {
 	}
 	e.Grace = o.ExpiryGrace
 	mcfg := cfg
+	if o.GatedPods {
+		for _, f := range []string{"config/gate/role.yaml", "config/gate/policies.yaml"} {
+			if err := e.ApplyFile(f); err != nil {
+				return fail(err)
+			}
+		}
+		if o.ManagerConfig == nil {
+			o.ManagerConfig = AsManagerServiceAccount
+		}
+	}
 	if o.ManagerConfig != nil {
 		if mcfg, err = o.ManagerConfig(e); err != nil {
 			return fail(err)
@@ -166,6 +185,7 @@ func Start(o Options) (*Env, error) {
 		CertDir:     wo.LocalServingCertDir,
 		ExpiryGrace: o.ExpiryGrace,
 		NoExpiry:    o.NoExpiry,
+		GatedPods:   o.GatedPods,
 		Clock:       o.Clock,
 
 		SkipNameValidation:      true,

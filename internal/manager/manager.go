@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/version"
@@ -20,6 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -29,6 +33,7 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/internal/gate"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/internal/webhook"
@@ -93,6 +98,11 @@ type Options struct {
 	// NoExpiry runs no expiry controller, for tests that take expired
 	// permits over by hand and must not race it.
 	NoExpiry bool
+	// GatedPods serves the gated pods' webhook and runs their line on the
+	// leader (docs/gated-pods.md). The webhook configuration and the
+	// admission policies are installed with it (the chart's
+	// gatedPods.enabled).
+	GatedPods bool
 }
 
 // New checks the API server's version and builds a manager with every part
@@ -122,6 +132,12 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// expiry over at once instead of after the lease duration.
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		// The only pods the manager reads through its cache are gated
+		// ones (holder pods are followed one by one, in controller.Pods):
+		// the cluster's other pods never reach its memory.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{gate.Label: gate.LabelValue})},
+		}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -147,6 +163,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 		if err := (&controller.Deletion{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the deletion controller: %w", err)
+		}
+	}
+	if o.GatedPods {
+		if err := setupGatedPods(mgr, cfg, o); err != nil {
+			return nil, err
 		}
 	}
 	if err := (&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace}).SetupWithManager(mgr); err != nil {
@@ -210,6 +231,38 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// setupGatedPods serves the pod webhook on every replica and runs the line
+// on the leader.
+func setupGatedPods(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the core client: %w", err)
+	}
+	// Lock decisions read the API server itself, never the cache.
+	direct, err := client.New(cfg, client.Options{Scheme: Scheme, Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("creating the gated pods' client: %w", err)
+	}
+	(&gate.Admission{Core: core, Clock: o.Clock}).SetupWithManager(mgr)
+	line := &gate.Line{
+		Client:   mgr.GetClient(),
+		Core:     core,
+		Locks:    locks.New(direct, o.Clock, locks.WithGrace(o.ExpiryGrace), locks.WithVersions(locks.CachedVersions(mgr.GetCache()))),
+		Clock:    o.Clock,
+		Recorder: mgr.GetEventRecorderFor("queen-locks"), //nolint:staticcheck // SA1019: see gate.Line.Recorder: the events.k8s.io recorder keeps a series' first note
+	}
+	if err := line.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the gated pods' line: %w", err)
+	}
+	if err := metrics.Registry.Register(&gate.WaitingCollector{Reader: mgr.GetCache()}); err != nil {
+		var dup prometheus.AlreadyRegisteredError
+		if !errors.As(err, &dup) || !o.SkipNameValidation {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // CheckServerVersion refuses an API server older than MinServerVersion.

@@ -1,0 +1,374 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// The manager lets gated pods in: it lifts the gate, deletes a pod past its
+// ttl and lowers its activeDeadlineSeconds. Those rights (patch and delete
+// on pods) are in config/gate/role.yaml, installed only with gated pods,
+// and the admission policy queen-locks-gated-pods-manager allows the
+// manager nothing else on pods.
+
+// lockIndex indexes the cached gated pods by the lock they name.
+const lockIndex = "locks.queen.dev/gate-lock"
+
+// defaultTerminationGrace is the API's default terminationGracePeriodSeconds.
+const defaultTerminationGrace = 30 * time.Second
+
+// Line admits the gated pods of each lock in the order they were queued, as
+// slots free. It runs on the leader only, so one process decides for a
+// lock at a time; a new leader rebuilds every line from the pods, since
+// the line is nothing but the gated pods and their queued-at.
+//
+// A reconcile is one lock of one namespace (the request's Name is the lock).
+// It is woken by the lock's gated pods changing and by any permit of the
+// lock being deleted (a slot freed), so a gated pod competes with the
+// route's waiters like one more waiter.
+type Line struct {
+	// Client reads gated pods from the manager's cache (which holds only
+	// labelled pods) and writes pods directly.
+	Client   client.Client
+	Core     kubernetes.Interface
+	Locks    *locks.Client // over a client that reads the API server itself
+	Clock    clock.PassiveClock
+	// Recorder writes core events: a waiting pod's place changes under the
+	// same reason, and the events.k8s.io recorder would fold those into a
+	// series that keeps the first note, the place it no longer has; the
+	// core recorder keeps the latest message.
+	Recorder record.EventRecorder
+
+	mu sync.Mutex
+	// told is, per lock, what each waiting pod was last told (its place in
+	// line), so that an event is written only when it changes.
+	told map[types.NamespacedName]map[types.UID]string
+	// unscheduled holds the admitted pods told they hold a slot unscheduled.
+	unscheduled sync.Map
+}
+
+// SetupWithManager registers the line with the manager.
+func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
+	l.told = map[types.NamespacedName]map[types.UID]string{}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, lockIndex, func(o client.Object) []string {
+		if lock, ok := o.GetAnnotations()[LockAnnotation]; ok {
+			return []string{lock}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing gated pods by lock: %w", err)
+	}
+	podToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		lock, ok := o.GetAnnotations()[LockAnnotation]
+		if !ok || o.GetLabels()[Label] != LabelValue {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: lock}}}
+	})
+	permitToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		p, ok := o.(*locksv1alpha1.QueenLock)
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Lock}}}
+	})
+	// Only a deleted permit frees a slot (an expired one is deleted by the
+	// expiry controller, and taking one over is not waited for); renews,
+	// which are most permit events, wake nothing.
+	freed := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("gate").
+		Watches(&corev1.Pod{}, podToLock, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[Label] == LabelValue
+		}))).
+		Watches(&locksv1alpha1.QueenLock{}, permitToLock, builder.WithPredicates(freed)).
+		Complete(l)
+}
+
+// Reconcile brings one lock's line forward.
+func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ns, lock := req.Namespace, req.Name
+	var list corev1.PodList
+	if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{Label: LabelValue}, client.MatchingFields{lockIndex: lock}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing gated pods of lock %q: %w", lock, err)
+	}
+	now := l.Clock.Now()
+	var waiting []*corev1.Pod
+	var next time.Duration // the soonest ttl to act on
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if _, err := ParseAsk(pod.Annotations); err != nil {
+			continue // refused at create; cannot be changed since
+		}
+		switch {
+		case Gated(pod):
+			if pod.DeletionTimestamp == nil {
+				waiting = append(waiting, pod)
+			}
+		case pod.Annotations[TokenAnnotation] != "":
+			after, err := l.holding(ctx, pod, now)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if after > 0 && (next == 0 || after < next) {
+				next = after
+			}
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool {
+		a, b := queuedAt(waiting[i]), queuedAt(waiting[j])
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return waiting[i].UID < waiting[j].UID
+	})
+	told := l.toldOf(req.NamespacedName, waiting)
+	if err := l.admit(ctx, lock, waiting, told); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// toldOf is what the waiting pods of one lock were last told, without the
+// pods that left the line since.
+func (l *Line) toldOf(key types.NamespacedName, waiting []*corev1.Pod) map[types.UID]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.told[key]
+	if len(waiting) == 0 {
+		delete(l.told, key)
+		return map[types.UID]string{}
+	}
+	told := make(map[types.UID]string, len(waiting))
+	for _, pod := range waiting {
+		if s, ok := old[pod.UID]; ok {
+			told[pod.UID] = s
+		}
+	}
+	l.told[key] = told
+	return told
+}
+
+// admit lets waiting pods in, in order, until the lock is held; then tells
+// the rest where they stand.
+func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string) error {
+	log := logf.FromContext(ctx)
+	place := 0
+	var holders []locks.Holder
+	full, quota := false, false
+	tell := func(pod *corev1.Pod, reason, note string) {
+		l.mu.Lock()
+		same := told[pod.UID] == reason+": "+note
+		told[pod.UID] = reason + ": " + note
+		l.mu.Unlock()
+		if !same {
+			l.event(pod, corev1.EventTypeNormal, reason, "%s", note)
+		}
+	}
+	for _, pod := range waiting {
+		ns := pod.Namespace
+		if full {
+			place++
+			tell(pod, "Waiting", waitingNote(place, lock, holders, quota))
+			continue
+		}
+		if !OnlyOurGate(pod) {
+			tell(pod, "OtherGates", fmt.Sprintf("waits for its other scheduling gates to be removed before it queues for lock %q", lock))
+			continue
+		}
+		ask, _ := ParseAsk(pod.Annotations)
+		sa := pod.Spec.ServiceAccountName
+		if sa == "" {
+			sa = "default"
+		}
+		// The right to hold is checked again now: a RoleBinding removed
+		// while the pod waited takes effect here.
+		missing, err := Entitled(ctx, l.Core, ns, sa)
+		if err != nil {
+			return fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err)
+		}
+		if missing != "" {
+			tell(pod, "NotEntitled", fmt.Sprintf("ServiceAccount %q may no longer %s queenlocks in %q: the pod stays gated until it may", sa, missing, ns))
+			continue
+		}
+		got, err := l.Locks.Acquire(ctx, ns, lock, Owner(pod), ttlSeconds(pod, ask), ask.Limit,
+			locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
+		if err != nil {
+			return fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
+		}
+		if !got.Acquired {
+			full, holders, quota = true, got.Holders, got.Reason == locks.ReasonQuota
+			place++
+			tell(pod, "Waiting", waitingNote(place, lock, holders, quota))
+			continue
+		}
+		if err := l.letIn(ctx, pod, got.Permit); err != nil {
+			return err
+		}
+		log.Info("gated pod admitted", "lock", lock, "slot", got.Slot, "token", got.Token, "pod", pod.Name)
+	}
+	return nil
+}
+
+// letIn lifts the gate and hands the pod its token, in one patch made
+// against the version of the pod the line read: a pod changed since is read
+// again, and its permit (ours, by owner) is found again as already held.
+func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, p locks.Permit) error {
+	now := l.Clock.Now()
+	gates := make([]corev1.PodSchedulingGate, 0, len(pod.Spec.SchedulingGates))
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name != Gate {
+			gates = append(gates, g)
+		}
+	}
+	patched := pod.DeepCopy()
+	patched.Spec.SchedulingGates = gates
+	patched.Annotations[TokenAnnotation] = strconv.FormatUint(p.Token, 10)
+	patched.Annotations[SlotAnnotation] = strconv.Itoa(p.Slot)
+	patched.Annotations[AdmittedAt] = now.UTC().Format(TimeFormat)
+	err := l.Client.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsNotFound(err):
+		// Gone while we acquired: the permit names it, so the pod follower
+		// frees the permit.
+		return nil
+	case apierrors.IsConflict(err):
+		// The cache was behind the pod (often: our own earlier patch).
+		// The newer version's event brings the lock back here, and the
+		// permit, held by the pod's owner, is found again as already held.
+		logf.FromContext(ctx).V(1).Info("gated pod changed since read; waiting for its newer version", "pod", pod.Name)
+		return nil
+	case err != nil:
+		return fmt.Errorf("letting pod %s/%s in: %w", pod.Namespace, pod.Name, err)
+	}
+	admissions.WithLabelValues(pod.Namespace).Inc()
+	admissionSeconds.WithLabelValues(pod.Namespace).Observe(now.Sub(queuedAt(pod)).Seconds())
+	l.event(patched, corev1.EventTypeNormal, "Admitted", "holds lock %q slot %d with token %d; scheduling gate removed", patched.Annotations[LockAnnotation], p.Slot, p.Token)
+	return nil
+}
+
+// holding looks after an admitted pod: past its ttl the pod is deleted, and
+// once it has started its activeDeadlineSeconds is lowered to what remains,
+// so the kubelet stops it even if it cannot reach the API server. It
+// answers how long until the ttl ends, 0 for nothing to wait for.
+func (l *Line) holding(ctx context.Context, pod *corev1.Pod, now time.Time) (time.Duration, error) {
+	if Finished(pod) || pod.DeletionTimestamp != nil {
+		l.unscheduled.Delete(pod.UID)
+		return 0, nil
+	}
+	l.unschedulable(pod)
+	ask, _ := ParseAsk(pod.Annotations)
+	if ask.TTL == 0 {
+		return 0, nil
+	}
+	admitted, err := time.Parse(TimeFormat, pod.Annotations[AdmittedAt])
+	if err != nil {
+		return 0, nil // not let in by this manager; nothing to count from
+	}
+	deadline := admitted.Add(ask.TTL)
+	if !now.Before(deadline) {
+		uid := pod.UID
+		err := l.Client.Delete(ctx, pod, client.Preconditions{UID: &uid})
+		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return 0, fmt.Errorf("deleting pod %s/%s past its ttl: %w", pod.Namespace, pod.Name, err)
+		}
+		if err == nil {
+			ttlDeletions.WithLabelValues(pod.Namespace).Inc()
+			l.event(pod, corev1.EventTypeNormal, "TTLEnded", "held lock %q for its ttl of %s; deleted", ask.Lock, ask.TTL)
+		}
+		return 0, nil
+	}
+	if pod.Status.StartTime != nil {
+		left := int64(math.Ceil(deadline.Sub(pod.Status.StartTime.Time).Seconds()))
+		if left < 1 {
+			left = 1
+		}
+		if ads := pod.Spec.ActiveDeadlineSeconds; ads == nil || *ads > left {
+			patched := pod.DeepCopy()
+			patched.Spec.ActiveDeadlineSeconds = &left
+			if err := l.Client.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+				return 0, fmt.Errorf("lowering activeDeadlineSeconds of pod %s/%s to its ttl: %w", pod.Namespace, pod.Name, err)
+			}
+		}
+	}
+	return deadline.Sub(now), nil
+}
+
+// ttlSeconds is the lifetime of a gated pod's permit: the ttl plus the
+// pod's termination grace period (its containers may run that long after
+// the delete at the ttl), or a year, the longest there is, for a pod
+// without a ttl, whose permit is freed when the pod ends.
+func ttlSeconds(pod *corev1.Pod, ask Ask) int64 {
+	if ask.TTL == 0 {
+		return permit.MaxTTLSeconds
+	}
+	grace := defaultTerminationGrace
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	return min(int64((ask.TTL+grace)/time.Second), permit.MaxTTLSeconds)
+}
+
+// waitingNote says where a waiting pod stands.
+func waitingNote(place int, lock string, holders []locks.Holder, quota bool) string {
+	who := "its holders"
+	if len(holders) == 1 {
+		who = fmt.Sprintf("%q (slot %d, token %d)", holders[0].Owner, holders[0].Slot, holders[0].Token)
+	} else if len(holders) > 1 {
+		who = fmt.Sprintf("%d holders", len(holders))
+	}
+	note := fmt.Sprintf("number %d in line for lock %q, held by %s", place, lock, who)
+	if quota {
+		note += "; a new permit would be needed and the namespace's ResourceQuota has no room for one"
+	}
+	return note
+}
+
+// unschedulable tells, once per replica, that an admitted pod holds its
+// slot while the scheduler finds no node for it.
+func (l *Line) unschedulable(pod *corev1.Pod) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			if _, told := l.unscheduled.LoadOrStore(pod.UID, true); !told {
+				l.event(pod, corev1.EventTypeWarning, "HoldsSlotUnscheduled", "holds lock %q slot %s but no node can run it yet: the slot stays taken until it runs and ends, or is deleted", pod.Annotations[LockAnnotation], pod.Annotations[SlotAnnotation])
+			}
+			return
+		}
+	}
+}
+
+func (l *Line) event(pod *corev1.Pod, kind, reason, note string, args ...any) {
+	if l.Recorder != nil {
+		l.Recorder.Eventf(pod, kind, reason, note, args...)
+	}
+}
+

@@ -53,10 +53,10 @@ const defaultTerminationGrace = 30 * time.Second
 type Line struct {
 	// Client reads gated pods from the manager's cache (which holds only
 	// labelled pods) and writes pods directly.
-	Client   client.Client
-	Core     kubernetes.Interface
-	Locks    *locks.Client // over a client that reads the API server itself
-	Clock    clock.PassiveClock
+	Client client.Client
+	Core   kubernetes.Interface
+	Locks  *locks.Client // over a client that reads the API server itself
+	Clock  clock.PassiveClock
 	// Recorder writes core events: a waiting pod's place changes under the
 	// same reason, and the events.k8s.io recorder would fold those into a
 	// series that keeps the first note, the place it no longer has; the
@@ -371,4 +371,3 @@ func (l *Line) event(pod *corev1.Pod, kind, reason, note string, args ...any) {
 		l.Recorder.Eventf(pod, kind, reason, note, args...)
 	}
 }
-

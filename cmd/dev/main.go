@@ -68,6 +68,9 @@ func run(stop <-chan struct{}, addr, ns, dir string) error {
 		// As installed: the manager's own ServiceAccount and RBAC, never
 		// the administrator kubectl uses here.
 		ManagerConfig: controlplane.AsManagerServiceAccount,
+		// Gated pods on, with their webhook, policies and pod rights: no
+		// kubelet runs here, so a gated pod is let in but never started.
+		GatedPods: true,
 	})
 	if err != nil {
 		return err

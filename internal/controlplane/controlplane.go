@@ -151,6 +151,13 @@ func Start(o Options) (*Env, error) {
 	if e.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fail(err)
 	}
+	if o.GatedPods && !o.Bare {
+		for _, f := range []string{"config/gate/role.yaml", "config/gate/policies.yaml"} {
+			if err := e.ApplyFile(f); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	if o.Bare || o.NoManager {
 		e.stop, e.done = func() {}, make(chan struct{})
 		close(e.done)
@@ -161,15 +168,8 @@ func Start(o Options) (*Env, error) {
 	}
 	e.Grace = o.ExpiryGrace
 	mcfg := cfg
-	if o.GatedPods {
-		for _, f := range []string{"config/gate/role.yaml", "config/gate/policies.yaml"} {
-			if err := e.ApplyFile(f); err != nil {
-				return fail(err)
-			}
-		}
-		if o.ManagerConfig == nil {
-			o.ManagerConfig = AsManagerServiceAccount
-		}
+	if o.GatedPods && o.ManagerConfig == nil {
+		o.ManagerConfig = AsManagerServiceAccount
 	}
 	if o.ManagerConfig != nil {
 		if mcfg, err = o.ManagerConfig(e); err != nil {

@@ -181,6 +181,18 @@ func (e *Env) ApplyFile(path string) error {
 		if len(u.Object) == 0 {
 			continue
 		}
+		// kustomize's placeholder namespace is the manager's, as installed,
+		// for the object and for the ServiceAccounts it binds.
+		if u.GetNamespace() == "system" {
+			u.SetNamespace(ManagerNamespace)
+		}
+		if subjects, ok := u.Object["subjects"].([]any); ok {
+			for _, s := range subjects {
+				if m, ok := s.(map[string]any); ok && m["namespace"] == "system" {
+					m["namespace"] = ManagerNamespace
+				}
+			}
+		}
 		if err := e.Client.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: creating %s %s: %w", path, u.GetKind(), u.GetName(), err)
 		}
@@ -322,8 +334,12 @@ func AsManagerServiceAccount(e *Env) (*rest.Config, error) {
 	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	if err := e.ApplyFile("config/rbac/role.yaml"); err != nil {
-		return nil, err
+	// The manager's rights as installed: its ClusterRole, and leader
+	// election's Lease rights in its own namespace.
+	for _, f := range []string{"config/rbac/role.yaml", "config/rbac/leader_election_role.yaml"} {
+		if err := e.ApplyFile(f); err != nil {
+			return nil, err
+		}
 	}
 	objs := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: ManagerServiceAccount}},

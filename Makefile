@@ -43,6 +43,7 @@ manifests: tools ## Regenerate the CRD, RBAC and webhook manifests under config/
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
 	hack/gen-chart-crd.sh
+	hack/gen-chart-gate.sh
 
 verify-gen: generate manifests ## Fail when generated files are not what the sources say.
 	@untracked=$$(git ls-files --others --exclude-standard -- api config charts); \

@@ -39,7 +39,8 @@ func TestInstallIntoARealAPIServerAndKeepTheCRD(t *testing.T) {
 	helmIn := func(args ...string) string {
 		return run(t, helm, append(args, "--kubeconfig", kc, "--namespace", "queen-locks")...)
 	}
-	helmIn("install", "queen-locks", chart, "--create-namespace")
+	// Gated pods on: the API server compiles the admission policies' CEL.
+	helmIn("install", "queen-locks", chart, "--create-namespace", "--set", "gatedPods.enabled=true")
 	// Every object of the release was accepted and is there.
 	manifest := objects(t, helmIn("get", "manifest", "queen-locks"))
 	if len(manifest) < 12 {

@@ -168,8 +168,8 @@ func TestTheManagerMayTouchOnlyGatedPodsAndOnlyThus(t *testing.T) {
 	refusedWith(t, "the manager deleting an unlabelled pod", "may change or delete only pods labelled", func() error {
 		return asManager.Delete(ctx, plain)
 	})
-	p := gated(t, ns, "gated", "deadline")
-	p = admitted(t, ns, "gated")
+	gated(t, ns, "gated", "deadline")
+	p := admitted(t, ns, "gated")
 	refusedWith(t, "the manager labelling", "may change only the locks.queen.dev/ annotations", func() error {
 		return asManager.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"extra":"x"}}}`)))
 	})

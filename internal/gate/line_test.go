@@ -17,11 +17,11 @@ import (
 
 func TestGatedPodsAreLetInOneAtATimeInTheOrderTheyCame(t *testing.T) {
 	ns := entitledNamespace(t)
-	first := gated(t, ns, "first", "nightly")
+	gated(t, ns, "first", "nightly")
 	second := gated(t, ns, "second", "nightly")
 	third := gated(t, ns, "third", "nightly")
 
-	first = admitted(t, ns, "first")
+	first := admitted(t, ns, "first")
 	told(t, second, "Waiting", `number 1 in line for lock "nightly"`)
 	told(t, third, "Waiting", `number 2 in line for lock "nightly"`)
 	if got := running(t, ns); !slices.Equal(got, []string{"first"}) {
@@ -75,10 +75,10 @@ func TestASemaphoreOfTwoLetsInAtMostTwo(t *testing.T) {
 
 func TestAPodDeletedWhileWaitingLeavesTheLine(t *testing.T) {
 	ns := entitledNamespace(t)
-	holder := gated(t, ns, "holder", "report")
+	gated(t, ns, "holder", "report")
 	leaves := gated(t, ns, "leaves", "report")
 	stays := gated(t, ns, "stays", "report")
-	holder = admitted(t, ns, "holder")
+	holder := admitted(t, ns, "holder")
 	told(t, stays, "Waiting", "number 2 in line")
 	remove(t, leaves)
 	told(t, stays, "Waiting", "number 1 in line")
@@ -92,8 +92,8 @@ func TestAPodDeletedWhileWaitingLeavesTheLine(t *testing.T) {
 func TestAPodPastItsTTLIsDeletedAndItsDeadlineLowered(t *testing.T) {
 	ctx := context.Background()
 	ns := entitledNamespace(t)
-	p := gated(t, ns, "bounded", "bounded", gate.TTLAnnotation, "3s")
-	p = admitted(t, ns, "bounded")
+	gated(t, ns, "bounded", "bounded", gate.TTLAnnotation, "3s")
+	p := admitted(t, ns, "bounded")
 	q := permitOf(t, p)
 	// The permit lives the ttl plus the pod's termination grace period.
 	if q.Spec.TTLSeconds != 3+30 {

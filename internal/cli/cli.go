@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,7 +45,8 @@ Usage:
   queenlock renew NAME --token T [--slot S] [--owner ID] [--ttl 30s]
   queenlock release NAME --token T [--slot S] [--owner ID]
   queenlock get NAME
-  queenlock list                      (over the Kubernetes API only)
+  queenlock list [-o json|table] [--expiry-grace 1s]
+                                      (over the Kubernetes API only)
 
 Where the locks are, in this order:
   --server URL, or QUEEN_LOCKS_URL   the route, e.g. https://queen-locks.queen-locks.svc:6632
@@ -248,12 +250,22 @@ func scriptCmd(ctx context.Context, e Env, op string, args []string) (int, error
 	owner := fs.String("owner", "", "owner (default: minted on acquire)")
 	slot := fs.Int("slot", 0, "slot (renew, release)")
 	token := fs.Uint64("token", 0, "token (renew, release)")
+	var lo listOptions
+	fs.StringVar(&lo.output, "output", "json", "json or table (list)")
+	fs.StringVar(&lo.output, "o", "json", "json or table (list, shorthand)")
+	fs.DurationVar(&lo.grace, "expiry-grace", DefaultExpiryGrace, "the manager's --expiry-grace: a permit this long past its expireTime is marked expired (list)")
 	name, rest, err := parse(fs, args, op != "list")
 	if err != nil {
 		return 0, err
 	}
 	if len(rest) > 0 {
 		return 0, usageError("unexpected arguments %q", rest)
+	}
+	if op == "list" && lo.output != "json" && lo.output != "table" {
+		return 0, usageError("--output %q: json or table", lo.output)
+	}
+	if lo.grace < 0 {
+		return 0, usageError("--expiry-grace %v: must not be negative", lo.grace)
 	}
 	t, kc, err := c.transport(e)
 	if err != nil {
@@ -329,28 +341,59 @@ func scriptCmd(ctx context.Context, e Env, op string, args []string) (int, error
 		if kc == nil {
 			return 0, usageError("list reads every lock of a namespace, which the route does not offer: use --kubeconfig")
 		}
-		return list(ctx, e, kc, t.Namespace())
+		return list(ctx, e, kc, t.Namespace(), lo)
 	}
 	printJSON(e.Stdout, res)
 	return code, nil
 }
 
-// list prints the holders of every lock in the namespace.
-func list(ctx context.Context, e Env, kc client.Client, ns string) (int, error) {
+// DefaultExpiryGrace is the manager's --expiry-grace unless it is set
+// otherwise: the controller deletes a permit this long after its expireTime.
+const DefaultExpiryGrace = time.Second
+
+// listOptions are list's flags.
+type listOptions struct {
+	output string        // json or table
+	grace  time.Duration // the manager's expiry grace
+}
+
+// listed is one permit as list prints it: its holder as the route answers
+// holders, the holder's pod, and whether it is overdue.
+type listed struct {
+	routeapi.Holder
+	// Pod is the holder's pod, namespace/name, when the permit names one.
+	Pod string `json:"pod,omitempty"`
+	// Expired marks a permit past its expireTime plus the expiry grace that
+	// is still there: the controller should have deleted it (is there a
+	// leader? can it delete?). Nobody holds it; the next acquire takes it
+	// over.
+	Expired bool `json:"expired,omitempty"`
+}
+
+// list prints every permit of the namespace, lock by lock: the ones held,
+// and the ones past their expireTime and the grace that the controller has
+// not deleted, marked expired. A permit expired for less than the grace is
+// left out: the controller is about to delete it, and nobody can take it
+// over before then. A permit being deleted is left out: it was released.
+func list(ctx context.Context, e Env, kc client.Client, ns string, o listOptions) (int, error) {
 	var all locksv1alpha1.QueenLockList
 	if err := kc.List(ctx, &all, client.InNamespace(ns)); err != nil {
 		return 0, err
 	}
 	now := time.Now()
 	type lockOut struct {
-		Name    string            `json:"name"`
-		Holders []routeapi.Holder `json:"holders"`
+		Name    string   `json:"name"`
+		Holders []listed `json:"holders"`
 	}
 	byName := map[string]*lockOut{}
 	var out []*lockOut
 	for i := range all.Items {
 		p := &all.Items[i]
-		if permit.Expired(p, now) {
+		if !p.DeletionTimestamp.IsZero() || p.Spec.ExpireTime == nil {
+			continue
+		}
+		overdue := permit.Expired(p, now.Add(-o.grace)) // as the controller judges it
+		if permit.Expired(p, now) && !overdue {
 			continue
 		}
 		tok, err := permit.Token(p.ResourceVersion)
@@ -359,14 +402,39 @@ func list(ctx context.Context, e Env, kc client.Client, ns string) (int, error) 
 		}
 		l := byName[p.Spec.Lock]
 		if l == nil {
-			l = &lockOut{Name: p.Spec.Lock, Holders: []routeapi.Holder{}}
+			l = &lockOut{Name: p.Spec.Lock, Holders: []listed{}}
 			byName[p.Spec.Lock] = l
 			out = append(out, l)
 		}
-		l.Holders = append(l.Holders, (*routeapi.Holders([]locks.Holder{{
+		h := listed{Holder: (*routeapi.Holders([]locks.Holder{{
 			Slot: int(p.Spec.Slot), Owner: p.Spec.Owner, Token: tok,
 			Since: p.Spec.AcquireTime.Time, RenewedAt: p.Spec.RenewTime.Time, ExpiresAt: p.Spec.ExpireTime.Time,
-		}}))[0])
+		}}))[0], Expired: overdue}
+		if hp := p.Spec.HolderPod; hp != nil {
+			podNS := hp.Namespace
+			if podNS == "" {
+				podNS = p.Namespace // a permit written before holderPod had a namespace
+			}
+			h.Pod = podNS + "/" + hp.Name
+		}
+		l.Holders = append(l.Holders, h)
+	}
+	if o.output == "table" {
+		tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "LOCK\tSLOT\tOWNER\tTOKEN\tPOD\tEXPIRES\tEXPIRED")
+		for _, l := range out {
+			for _, h := range l.Holders {
+				pod, expired := h.Pod, ""
+				if pod == "" {
+					pod = "-"
+				}
+				if h.Expired {
+					expired = "EXPIRED"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", l.Name, h.Slot, h.Owner, h.Token, pod, h.ExpiresAt, expired)
+			}
+		}
+		return ExitOK, tw.Flush()
 	}
 	printJSON(e.Stdout, map[string]any{"namespace": ns, "locks": out})
 	return ExitOK, nil

@@ -45,6 +45,8 @@ type Expiry struct {
 	Grace    time.Duration
 	Recorder events.EventRecorder
 	Pods     *Pods
+
+	ends *holdEnds // the hold times' metric
 }
 
 // SetupWithManager registers the controller.
@@ -52,8 +54,14 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	grace := r.Grace
+	graceFrom.Store(&grace)
+	r.ends = newHoldEnds(r.Clock)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&locksv1alpha1.QueenLock{}).
+		// The same informer again, to time the holdings that end: only
+		// while this replica leads, as the controller runs.
+		WatchesRawSource(source.Kind(mgr.GetCache(), &locksv1alpha1.QueenLock{}, r.ends.handler())).
 		Named("queenlock-expiry")
 	if r.Pods != nil {
 		if err := mgr.Add(r.Pods); err != nil {
@@ -91,7 +99,9 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
+	r.ends.deleting(&p, EndExpired)
 	err := r.Client.Delete(ctx, &p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+	r.ends.deleted(&p, err)
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		// Released, renewed or taken over since the cache saw it: the watch
@@ -115,7 +125,9 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 // version read: if the holder renewed, or another pod took it over, since,
 // the delete fails and the watch brings the new version.
 func (r *Expiry) free(ctx context.Context, p *locksv1alpha1.QueenLock, why string) error {
+	r.ends.deleting(p, EndPodGone)
 	err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+	r.ends.deleted(p, err)
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return nil

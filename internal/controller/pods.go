@@ -172,6 +172,7 @@ func (t *Pods) follow(ctx context.Context, pk podKey) {
 	for ctx.Err() == nil {
 		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
+			holderPodErrors.Inc()
 			log.V(1).Info("listing a holder pod", "error", err.Error())
 			if !sleep(ctx, backoff) {
 				return
@@ -187,6 +188,7 @@ func (t *Pods) follow(ctx context.Context, pk podKey) {
 		}
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
 		if err != nil {
+			holderPodErrors.Inc()
 			continue
 		}
 		for ev := range w.ResultChan() {

@@ -177,7 +177,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := (&webhook.Subresources{}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the guard webhook of subresources: %w", err)
 	}
-	if err := metrics.Registry.Register(&controller.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock}); err != nil {
+	if err := metrics.Registry.Register(&controller.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock, Grace: o.ExpiryGrace}); err != nil {
 		var dup prometheus.AlreadyRegisteredError
 		if !errors.As(err, &dup) || !o.SkipNameValidation {
 			return nil, fmt.Errorf("registering metrics: %w", err)

@@ -6,28 +6,21 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
 	"github.com/queen-locks/queen-locks/routeapi"
 )
 
 func (s *Server) serveLocks(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Clock.Now()
-	code, caller := s.handle(w, r)
-	obs := requestDuration.WithLabelValues(fmt.Sprint(code))
-	secs := s.cfg.Clock.Since(start).Seconds()
-	if eo, ok := obs.(prometheus.ExemplarObserver); ok && caller.Username != "" {
-		eo.ObserveWithExemplar(secs, exemplar(caller.Username))
-	} else {
-		obs.Observe(secs)
-	}
+	code, caller := s.handle(w, r, start)
+	observe(requestDuration.WithLabelValues(fmt.Sprint(code)), s.cfg.Clock.Since(start), caller.Username)
 }
 
 // handle answers one call. Every refusal comes before any operation runs:
 // credentials before the body is read, the body before any right is asked,
-// every right before any operation.
-func (s *Server) handle(w http.ResponseWriter, r *http.Request) (int, Caller) {
+// every right before any operation. start is when the call came in.
+func (s *Server) handle(w http.ResponseWriter, r *http.Request, start time.Time) (int, Caller) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		return writeError(w, callError{Code: http.StatusMethodNotAllowed, Message: "use POST"}), Caller{}
@@ -81,7 +74,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) (int, Caller) {
 			return s.refuse(w, r, caller, ns, f), caller
 		}
 	}
-	results, cerr := s.run(r.Context(), caller, ns, req.Operations)
+	results, cerr := s.run(r.Context(), caller, ns, req.Operations, start)
 	if cerr != nil {
 		return writeError(w, *cerr), caller
 	}

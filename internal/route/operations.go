@@ -12,10 +12,11 @@ import (
 // run carries out the operations of an authorized caller concurrently and
 // answers them in order. An operation that the API server could not carry
 // out fails the whole call: 400 for a namespace that does not exist, else
-// 503.
-func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operation) ([]routeapi.Result, *callError) {
+// 503. start is when the call came in, for the acquires' wait times.
+func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operation, start time.Time) ([]routeapi.Result, *callError) {
 	results := make([]routeapi.Result, len(ops))
 	errs := make([]error, len(ops))
+	outcomes := make([]string, len(ops))
 	var wg sync.WaitGroup
 	for i, op := range ops {
 		one := func() {
@@ -29,14 +30,16 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 			defer cancel()
 			gone, cancelGone := context.WithTimeout(ctx, bound)
 			defer cancelGone()
-			start := s.cfg.Clock.Now()
+			opStart := s.cfg.Clock.Now()
 			results[i], errs[i] = s.do(octx, gone, caller, ns, i, op)
 			outcome := results[i].Outcome()
 			if errs[i] != nil {
 				outcome = "error"
 			}
+			outcomes[i] = outcome
 			operations.WithLabelValues(op.Op, outcome).Inc()
-			operationDuration.WithLabelValues(op.Op).Observe(s.cfg.Clock.Since(start).Seconds())
+			observe(operationDuration.WithLabelValues(op.Op), s.cfg.Clock.Since(opStart), caller.Username)
+			countLoss(ns, op.Op, outcome)
 			if errs[i] != nil {
 				s.cfg.Log.Error(errs[i], "lock operation failed", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name)
 			}
@@ -54,6 +57,8 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 		}
 	}
 	wg.Wait()
+	// The call answers now, when its last operation has.
+	observeAcquires(ns, caller, ops, outcomes, s.cfg.Clock.Since(start))
 	var worst *callError
 	for i, err := range errs {
 		if err == nil {

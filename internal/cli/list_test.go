@@ -1,0 +1,181 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit"
+)
+
+// blockPermitDeletes refuses every delete of a permit in ns, the
+// controller's included, with a ValidatingAdmissionPolicy, until the test
+// ends: expired permits then stay, as they do when expiry cannot delete
+// (no leader, or its deletes refused). It returns once the API server
+// refuses a dry-run delete of a probe permit.
+func blockPermitDeletes(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	name := "block-permit-deletes-" + ns
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+						Resources: []string{"queenlocks"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "the test blocks deletes of permits here",
+				Reason: ptr.To(metav1.StatusReasonForbidden)}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+	a, err := locks.New(env.Client, nil).Acquire(ctx, ns, "probe", "probe", 3600, 1)
+	if err != nil || !a.Acquired {
+		t.Fatal(a, err)
+	}
+	probe := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name("probe", 0)}}
+	eventually(t, "the policy to refuse deletes", func() bool {
+		return apierrors.IsForbidden(env.Client.Delete(ctx, probe, client.DryRunAll))
+	})
+}
+
+type listedHolder struct {
+	Slot    int    `json:"slot"`
+	Owner   string `json:"owner"`
+	Token   uint64 `json:"token"`
+	Pod     string `json:"pod"`
+	Expired bool   `json:"expired"`
+}
+
+// listLocks runs queenlock list over the Kubernetes API and answers the
+// holders of each lock, by lock name, and the raw output.
+func listLocks(t *testing.T, ns string, args ...string) (map[string][]listedHolder, string) {
+	t.Helper()
+	c := exec.Command(queenlock, append([]string{"list", "--kubeconfig", kubeconfig, "-n", ns}, args...)...)
+	c.Env = append(os.Environ(), "QUEEN_LOCKS_URL=")
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		t.Fatalf("queenlock list %v: %v: %s", args, err, stderr.String())
+	}
+	if strings.Contains(strings.Join(args, " "), "table") {
+		return nil, stdout.String()
+	}
+	var out struct {
+		Namespace string `json:"namespace"`
+		Locks     []struct {
+			Name    string         `json:"name"`
+			Holders []listedHolder `json:"holders"`
+		} `json:"locks"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || out.Namespace != ns {
+		t.Fatalf("queenlock list: %v, namespace %q: %s", err, out.Namespace, stdout.String())
+	}
+	byLock := map[string][]listedHolder{}
+	for _, l := range out.Locks {
+		byLock[l.Name] = l.Holders
+	}
+	return byLock, stdout.String()
+}
+
+// list shows each permit's holder pod, which lives in its own namespace,
+// and marks a permit past its expireTime and the grace that the controller
+// has not deleted.
+func TestListShowsHolderPodsAndExpiredPermits(t *testing.T) {
+	ctx := context.Background()
+	ns, podNS := namespace(t), namespace(t)
+	blockPermitDeletes(t, ns)
+	p := env.Pod(t, podNS, "worker", "default")
+	l := locks.New(env.Client, nil)
+	for _, c := range []struct {
+		lock string
+		ttl  int64
+		opts []locks.AcquireOption
+	}{
+		{"by-pod", 600, []locks.AcquireOption{locks.HolderPod(p.Namespace, p.Name, string(p.UID))}},
+		{"by-nobody", 600, nil},
+		{"stuck", 1, nil},
+	} {
+		if a, err := l.Acquire(ctx, ns, c.lock, "owner-"+c.lock, c.ttl, 1, c.opts...); err != nil || !a.Acquired {
+			t.Fatal(c.lock, a, err)
+		}
+	}
+
+	// Past its expireTime and the (default, 1 s) grace, the stuck permit
+	// is still there: the policy refuses the controller's delete.
+	var got map[string][]listedHolder
+	var raw string
+	eventually(t, "the stuck permit to be listed as expired", func() bool {
+		got, raw = listLocks(t, ns)
+		return len(got["stuck"]) == 1 && got["stuck"][0].Expired
+	})
+	if h := got["by-pod"]; len(h) != 1 || h[0].Pod != podNS+"/worker" || h[0].Expired || h[0].Owner != "owner-by-pod" {
+		t.Errorf("the pod's permit is listed as %+v, want its pod %s/worker, not expired: %s", h, podNS, raw)
+	}
+	if h := got["by-nobody"]; len(h) != 1 || h[0].Pod != "" || h[0].Expired {
+		t.Errorf("the permit of no pod is listed as %+v: %s", h, raw)
+	}
+	if strings.Count(raw, `"expired"`) != 1 || strings.Count(raw, `"pod"`) != 1 {
+		t.Errorf("expired and pod appear where they are not true or set: %s", raw)
+	}
+
+	// Within a longer grace it is not overdue yet: left out, as the
+	// controller would not have deleted it yet either.
+	if got, raw := listLocks(t, ns, "--expiry-grace", "1h"); got["stuck"] != nil || len(got["by-pod"]) != 1 {
+		t.Errorf("with a grace of an hour: %s", raw)
+	}
+
+	_, table := listLocks(t, ns, "-o", "table")
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "LOCK") || !strings.Contains(lines[0], "POD") || !strings.Contains(lines[0], "EXPIRED") {
+		t.Fatalf("table:\n%s", table)
+	}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		switch f[0] {
+		case "stuck":
+			if f[len(f)-1] != "EXPIRED" {
+				t.Errorf("the stuck permit is not marked: %q", line)
+			}
+		case "by-pod":
+			if f[4] != podNS+"/worker" || strings.HasSuffix(line, "EXPIRED") {
+				t.Errorf("the pod's permit: %q", line)
+			}
+		case "by-nobody", "probe":
+			if f[4] != "-" || strings.HasSuffix(line, "EXPIRED") {
+				t.Errorf("a permit of no pod: %q", line)
+			}
+		default:
+			t.Errorf("unexpected line %q", line)
+		}
+	}
+}

@@ -1,7 +1,8 @@
-// Package oci reads the OCI archives make image writes: the image's
-// reference, its configuration, and its root filesystem unpacked into a
-// directory. Only what the e2e tests need, with the standard library alone,
-// so the project's module takes no image library in.
+// Package oci reads the OCI archives make image writes: an image index of
+// one image per platform, each image's reference, configuration and root
+// filesystem unpacked into a directory, and the artifacts (SBOMs) that
+// refer to the images. Only what the e2e tests need, with the standard
+// library alone, so the project's module takes no image library in.
 package oci
 
 import (
@@ -17,22 +18,73 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 )
 
+// Media types of the manifests an archive holds.
+const (
+	MediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
+	MediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
+)
+
+// Archive is what an archive holds: the index.json's one entry, an image
+// index (or a lone image), with its images and artifacts.
+type Archive struct {
+	// Name is the reference the archive records (io.containerd.image.name).
+	Name string
+	// Index is the image index's own digest ("" for a lone image).
+	Index string
+	// Images are the index's images, in its order.
+	Images []*Image
+	// Artifacts are the index's manifests with an artifactType, such as
+	// SBOMs, in its order.
+	Artifacts []*Artifact
+}
+
+// Platform is an image's platform as the image index gives it.
+type Platform struct {
+	OS           string `json:"os"`
+	Architecture string `json:"architecture"`
+	Variant      string `json:"variant,omitempty"`
+}
+
+func (p Platform) String() string {
+	if p.Variant != "" {
+		return p.OS + "/" + p.Architecture + "/" + p.Variant
+	}
+	return p.OS + "/" + p.Architecture
+}
+
 // Image is one image of an archive.
 type Image struct {
 	// Name is the reference the archive records (io.containerd.image.name).
-	Name   string
-	Config Config
-	layers [][]byte // compressed, in order
+	Name string
+	// Digest is the digest of its manifest.
+	Digest string
+	// Platform is what the index says (for a lone image, what its
+	// configuration says).
+	Platform Platform
+	Config   Config
+	layers   [][]byte // compressed, in order
+}
+
+// Artifact is a manifest that is not an image: an SBOM, say.
+type Artifact struct {
+	Digest       string
+	ArtifactType string
+	// Subject is the digest of the manifest the artifact is about.
+	Subject string
+	// Files are its layers by their titles (org.opencontainers.image.title).
+	Files map[string][]byte
 }
 
 // Config is the part of the image configuration a runtime uses to start it.
 type Config struct {
 	OS           string `json:"os"`
 	Architecture string `json:"architecture"`
+	Variant      string `json:"variant"`
 	Config       struct {
 		Entrypoint []string `json:"Entrypoint"`
 		Cmd        []string `json:"Cmd"`
@@ -60,13 +112,60 @@ func (c Config) UIDGID() (uid, gid uint32, err error) {
 }
 
 type descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Annotations map[string]string `json:"annotations"`
+	MediaType    string            `json:"mediaType"`
+	Digest       string            `json:"digest"`
+	Size         int64             `json:"size"`
+	ArtifactType string            `json:"artifactType"`
+	Annotations  map[string]string `json:"annotations"`
+	Platform     *Platform         `json:"platform"`
 }
 
-// Read reads the archive at file, which must hold exactly one image.
+type manifest struct {
+	MediaType    string       `json:"mediaType"`
+	ArtifactType string       `json:"artifactType"`
+	Config       descriptor   `json:"config"`
+	Layers       []descriptor `json:"layers"`
+	Subject      *descriptor  `json:"subject"`
+}
+
+// Read reads the image of the archive at file for this machine's platform
+// (linux and its architecture), the one a node importing it runs.
 func Read(file string) (*Image, error) {
+	a, err := ReadArchive(file)
+	if err != nil {
+		return nil, err
+	}
+	return a.Image("linux", runtime.GOARCH)
+}
+
+// Image is the archive's image for the platform.
+func (a *Archive) Image(os, arch string) (*Image, error) {
+	var found []*Image
+	for _, img := range a.Images {
+		if img.Platform.OS == os && img.Platform.Architecture == arch {
+			found = append(found, img)
+		}
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("%s: %d images for %s/%s, want 1", a.Name, len(found), os, arch)
+	}
+	return found[0], nil
+}
+
+// Referrers are the artifacts whose subject is the manifest digest.
+func (a *Archive) Referrers(digest string) []*Artifact {
+	var refs []*Artifact
+	for _, art := range a.Artifacts {
+		if art.Subject == digest {
+			refs = append(refs, art)
+		}
+	}
+	return refs
+}
+
+// ReadArchive reads the archive at file, whose index.json must name
+// exactly one image index or image.
+func ReadArchive(file string) (*Archive, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
@@ -103,48 +202,83 @@ func Read(file string) (*Image, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: blob %s is missing", file, d.Digest)
 		}
-		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != hexsum {
-			return nil, fmt.Errorf("%s: blob %s does not match its digest", file, d.Digest)
+		if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != hexsum || int64(len(b)) != d.Size {
+			return nil, fmt.Errorf("%s: blob %s does not match its digest and size", file, d.Digest)
 		}
 		return b, nil
 	}
-	var index struct{ Manifests []descriptor }
-	if err := json.Unmarshal(files["index.json"], &index); err != nil {
+	var top struct{ Manifests []descriptor }
+	if err := json.Unmarshal(files["index.json"], &top); err != nil {
 		return nil, fmt.Errorf("%s: index.json: %w", file, err)
 	}
-	if len(index.Manifests) != 1 {
-		return nil, fmt.Errorf("%s: %d images, want 1", file, len(index.Manifests))
+	if len(top.Manifests) != 1 {
+		return nil, fmt.Errorf("%s: index.json names %d manifests, want 1", file, len(top.Manifests))
 	}
-	md := index.Manifests[0]
-	img := &Image{Name: md.Annotations["io.containerd.image.name"]}
-	b, err := blob(md)
-	if err != nil {
-		return nil, err
-	}
-	var manifest struct {
-		Config descriptor
-		Layers []descriptor
-	}
-	if err := json.Unmarshal(b, &manifest); err != nil {
-		return nil, fmt.Errorf("%s: manifest: %w", file, err)
-	}
-	if b, err = blob(manifest.Config); err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &img.Config); err != nil {
-		return nil, fmt.Errorf("%s: config: %w", file, err)
-	}
-	for _, l := range manifest.Layers {
-		if !strings.HasSuffix(l.MediaType, "+gzip") {
-			return nil, fmt.Errorf("%s: layer %s is %s, want a gzip layer", file, l.Digest, l.MediaType)
-		}
-		b, err := blob(l)
+	named := top.Manifests[0]
+	a := &Archive{Name: named.Annotations["io.containerd.image.name"]}
+	children := []descriptor{named}
+	if named.MediaType == MediaTypeIndex {
+		b, err := blob(named)
 		if err != nil {
 			return nil, err
 		}
-		img.layers = append(img.layers, b)
+		var index struct{ Manifests []descriptor }
+		if err := json.Unmarshal(b, &index); err != nil {
+			return nil, fmt.Errorf("%s: image index: %w", file, err)
+		}
+		a.Index, children = named.Digest, index.Manifests
 	}
-	return img, nil
+	for _, d := range children {
+		if d.MediaType != MediaTypeManifest {
+			return nil, fmt.Errorf("%s: manifest %s is %s, want %s", file, d.Digest, d.MediaType, MediaTypeManifest)
+		}
+		b, err := blob(d)
+		if err != nil {
+			return nil, err
+		}
+		var m manifest
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("%s: manifest %s: %w", file, d.Digest, err)
+		}
+		if m.ArtifactType != "" {
+			art := &Artifact{Digest: d.Digest, ArtifactType: m.ArtifactType, Files: map[string][]byte{}}
+			if m.Subject != nil {
+				art.Subject = m.Subject.Digest
+			}
+			for _, l := range m.Layers {
+				b, err := blob(l)
+				if err != nil {
+					return nil, err
+				}
+				art.Files[l.Annotations["org.opencontainers.image.title"]] = b
+			}
+			a.Artifacts = append(a.Artifacts, art)
+			continue
+		}
+		img := &Image{Name: a.Name, Digest: d.Digest}
+		if b, err = blob(m.Config); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &img.Config); err != nil {
+			return nil, fmt.Errorf("%s: config: %w", file, err)
+		}
+		img.Platform = Platform{OS: img.Config.OS, Architecture: img.Config.Architecture, Variant: img.Config.Variant}
+		if d.Platform != nil {
+			img.Platform = *d.Platform
+		}
+		for _, l := range m.Layers {
+			if !strings.HasSuffix(l.MediaType, "+gzip") {
+				return nil, fmt.Errorf("%s: layer %s is %s, want a gzip layer", file, l.Digest, l.MediaType)
+			}
+			b, err := blob(l)
+			if err != nil {
+				return nil, err
+			}
+			img.layers = append(img.layers, b)
+		}
+		a.Images = append(a.Images, img)
+	}
+	return a, nil
 }
 
 // Unpack writes the image's root filesystem into dir, with the owners and

@@ -56,7 +56,11 @@ type Line struct {
 	Client client.Client
 	Core   kubernetes.Interface
 	Locks  *locks.Client // over a client that reads the API server itself
-	Clock  clock.PassiveClock
+	// Held reads the lock's holders from the manager's cache, to skip an
+	// attempt that can only fail: when every slot is held by others, the
+	// delete that frees one wakes the line again. Nil always attempts.
+	Held  *locks.Client
+	Clock clock.PassiveClock
 	// Recorder writes core events: a waiting pod's place changes under the
 	// same reason, and the events.k8s.io recorder would fold those into a
 	// series that keeps the first note, the place it no longer has; the
@@ -196,6 +200,9 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 	}
 	for _, pod := range waiting {
 		ns := pod.Namespace
+		if full && holds(holders, Owner(pod)) {
+			continue // let in already; the cache has yet to show it
+		}
 		if full {
 			place++
 			tell(pod, "Waiting", waitingNote(place, lock, holders, quota))
@@ -206,6 +213,19 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			continue
 		}
 		ask, _ := ParseAsk(pod.Annotations)
+		if l.Held != nil {
+			// Woken by the lock's pods changing (an admitted pod's own
+			// patch, a holder's status turning Succeeded before its permit
+			// goes), the slots are often all still held: no reviews, no
+			// create that the API server would refuse.
+			held, err := l.Held.Get(ctx, ns, lock)
+			if err == nil && len(held) >= ask.Limit && !holds(held, Owner(pod)) {
+				full, holders = true, held
+				place++
+				tell(pod, "Waiting", waitingNote(place, lock, holders, false))
+				continue
+			}
+		}
 		sa := pod.Spec.ServiceAccountName
 		if sa == "" {
 			sa = "default"
@@ -339,6 +359,16 @@ func ttlSeconds(pod *corev1.Pod, ask Ask) int64 {
 }
 
 // waitingNote says where a waiting pod stands.
+// holds tells whether owner is among holders.
+func holds(holders []locks.Holder, owner string) bool {
+	for _, h := range holders {
+		if h.Owner == owner {
+			return true
+		}
+	}
+	return false
+}
+
 func waitingNote(place int, lock string, holders []locks.Holder, quota bool) string {
 	who := "its holders"
 	if len(holders) == 1 {

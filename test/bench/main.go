@@ -4,9 +4,9 @@
 // etcd writes, without the webhooks and the route). It prints a markdown
 // table and writes it to docs/development/benchmarks.md.
 //
-//	make bench                      # go run ./bench -out docs/development/benchmarks.md
-//	go run ./bench -duration 20s    # longer throughput rows
-//	go run ./bench -profile DIR     # CPU profiles of the route and kube-apiserver at 8 clients
+//	make bench                      # go run ./test/bench -out docs/development/benchmarks.md
+//	go run ./test/bench -duration 20s    # longer throughput rows
+//	go run ./test/bench -profile DIR     # CPU profiles of the route and kube-apiserver at 8 clients
 package main
 
 import (
@@ -38,7 +38,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long each throughput row runs, in one-second rounds")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
-	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, batch, renew, memory, wakeup")
+	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, batch, renew, memory, wakeup, gated")
 	calls := flag.Int("calls", 40, "operations of each kind whose API calls are counted")
 	flag.StringVar(&saveMetrics, "save-metrics", "", "write kube-apiserver's last scraped /metrics text here")
 	flag.StringVar(&featureGates, "apiserver-feature-gates", "", "kube-apiserver's --feature-gates, for trying one (CBORServingAndStorage=true, say)")
@@ -214,6 +214,7 @@ var sections = []section{
 	{"renew", (*bench).renew},
 	{"memory", (*bench).memory},
 	{"wakeup", (*bench).wakeup},
+	{"gated", (*bench).gated},
 }
 
 func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) error {

@@ -135,6 +135,24 @@ one), rows take turns in one-second rounds, and CPU is counted per cycle.
   only a waiter whose limit reaches further gets a lost wake, and a
   semaphore waiter tries the slot that freed first; a handoff costs the
   watch event and one try (a create, and a list for a semaphore).
+- **Gated pods.** A gated pod's handoff takes two hops where the route's
+  takes one. The pod's end must first reach the manager: the expiry
+  controller follows each holder pod with a watch of its metadata, reads
+  the pod for its phase when it changes, and deletes the permit (the row
+  "pod finished to its permit freed"). The delete then wakes the line,
+  which checks the next pod's ServiceAccount again (three
+  SubjectAccessReviews, one per verb, sent together, not cached),
+  acquires, and lifts the gate in one patch; the route's waiter, woken by
+  the same delete, only acquires. The line is also woken by every change
+  of the lock's gated pods, among them the admitted pod's own patch and
+  its status turning Succeeded, which reaches the line before the permit
+  is deleted: such a wake reads the lock's holders from the manager's
+  cache and, with every slot held by others, sends nothing. Each
+  admission moves every waiting pod up a place, told in an event: a line
+  of N pods writes up to N - 1 events a handoff, in the background, so
+  they load kube-apiserver but do not delay the handoff. The pods hold
+  250 ms before they finish, as a real pod's run would, so that a finish
+  never meets the line still busy with the admission before it.
 - Resident memory includes what the earlier rows allocated and the Go
   runtime has not yet returned, so it can even fall; the live heap after a
   collection is the figure that shows what 10,000 cached permits cost.

@@ -38,8 +38,9 @@ const (
 	// a container reads the token through the downward API.
 	TokenAnnotation = "locks.queen.dev/token"
 	SlotAnnotation  = "locks.queen.dev/slot"
-	// AdmittedAt is when the manager let the pod in: its ttl counts from
-	// there.
+	// AdmittedAt is when the pod's hold began: for a pod with a ttl, when
+	// its permit's lifetime began (the ttl counts from there, so the pod
+	// never outlives its permit); else when the manager let it in.
 	AdmittedAt = "locks.queen.dev/admitted-at"
 
 	// mirrorAnnotation marks a static pod's mirror, which the kubelet

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -128,6 +129,7 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 	now := l.Clock.Now()
 	var waiting []*corev1.Pod
 	var next time.Duration // the soonest ttl to act on
+	var holdErrs []error
 	for i := range list.Items {
 		pod := &list.Items[i]
 		if _, err := ParseAsk(pod.Annotations); err != nil {
@@ -141,7 +143,10 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		case pod.Annotations[TokenAnnotation] != "":
 			after, err := l.holding(ctx, pod, now)
 			if err != nil {
-				return ctrl.Result{}, err
+				// One holder's trouble does not hold the line up: the
+				// error comes back after the admissions, for a retry.
+				holdErrs = append(holdErrs, err)
+				continue
 			}
 			if after > 0 && (next == 0 || after < next) {
 				next = after
@@ -156,8 +161,14 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		return waiting[i].UID < waiting[j].UID
 	})
 	told := l.toldOf(req.NamespacedName, waiting)
-	if err := l.admit(ctx, lock, waiting, told); err != nil {
+	retry, err := l.admit(ctx, lock, waiting, told)
+	if err := errors.Join(append(holdErrs, err)...); err != nil {
 		return ctrl.Result{}, err
+	}
+	// Nothing of this lock changes when a ServiceAccount regains its rights
+	// or a quota makes room: look again.
+	if retry && (next == 0 || next > retryLater) {
+		next = retryLater
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
 }
@@ -182,9 +193,14 @@ func (l *Line) toldOf(key types.NamespacedName, waiting []*corev1.Pod) map[types
 	return told
 }
 
+// retryLater is how soon a line held up by something outside the lock (a
+// pod's missing rights, a full ResourceQuota) is looked at again.
+const retryLater = 10 * time.Second
+
 // admit lets waiting pods in, in order, until the lock is held; then tells
-// the rest where they stand.
-func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string) error {
+// the rest where they stand. retry: a pod waits on something no event of
+// this lock announces.
+func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string) (retry bool, err error) {
 	log := logf.FromContext(ctx)
 	place := 0
 	var holders []locks.Holder
@@ -198,6 +214,19 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			l.event(pod, corev1.EventTypeNormal, reason, "%s", note)
 		}
 	}
+	// A pod far back in a long line is told its place at every tenth, then
+	// at each of the last ten: the API server's client lets an object have
+	// 25 events in a burst, and the Admitted event must not be the one
+	// dropped.
+	waitingAt := func(pod *corev1.Pod, place int, holders []locks.Holder, quota bool) {
+		l.mu.Lock()
+		_, before := told[pod.UID]
+		l.mu.Unlock()
+		if before && place > 10 && place%10 != 0 {
+			return
+		}
+		tell(pod, "Waiting", waitingNote(place, lock, holders, quota))
+	}
 	for _, pod := range waiting {
 		ns := pod.Namespace
 		if full && holds(holders, Owner(pod)) {
@@ -205,7 +234,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		}
 		if full {
 			place++
-			tell(pod, "Waiting", waitingNote(place, lock, holders, quota))
+			waitingAt(pod, place, holders, quota)
 			continue
 		}
 		if !OnlyOurGate(pod) {
@@ -222,7 +251,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			if err == nil && len(held) >= ask.Limit && !holds(held, Owner(pod)) {
 				full, holders = true, held
 				place++
-				tell(pod, "Waiting", waitingNote(place, lock, holders, false))
+				waitingAt(pod, place, holders, false)
 				continue
 			}
 		}
@@ -234,36 +263,46 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		// while the pod waited takes effect here.
 		missing, err := Entitled(ctx, l.Core, ns, sa)
 		if err != nil {
-			return fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err)
+			return retry, fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err)
 		}
 		if missing != "" {
+			retry = true
 			tell(pod, "NotEntitled", fmt.Sprintf("ServiceAccount %q may no longer %s queenlocks in %q: the pod stays gated until it may", sa, missing, ns))
 			continue
 		}
 		got, err := l.Locks.Acquire(ctx, ns, lock, Owner(pod), ttlSeconds(pod, ask), ask.Limit,
 			locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
 		if err != nil {
-			return fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
+			return retry, fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
 		}
 		if !got.Acquired {
 			full, holders, quota = true, got.Holders, got.Reason == locks.ReasonQuota
+			retry = retry || quota
 			place++
-			tell(pod, "Waiting", waitingNote(place, lock, holders, quota))
+			waitingAt(pod, place, holders, quota)
 			continue
 		}
-		if err := l.letIn(ctx, pod, got.Permit); err != nil {
-			return err
+		if err := l.letIn(ctx, pod, ask, got.Permit); err != nil {
+			return retry, err
 		}
 		log.Info("gated pod admitted", "lock", lock, "slot", got.Slot, "token", got.Token, "pod", pod.Name)
 	}
-	return nil
+	return retry, nil
 }
 
 // letIn lifts the gate and hands the pod its token, in one patch made
 // against the version of the pod the line read: a pod changed since is read
 // again, and its permit (ours, by owner) is found again as already held.
-func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, p locks.Permit) error {
+func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, ask Ask, p locks.Permit) error {
+	// The pod's ttl counts from when its permit's lifetime began, not from
+	// this patch: a gate lifted late (a conflict, a new leader) must not
+	// let the pod run past its permit, which lives the ttl plus the grace
+	// period from its acquire.
 	now := l.Clock.Now()
+	start := now
+	if ask.TTL > 0 {
+		start = p.ExpiresAt.Add(-time.Duration(ttlSeconds(pod, ask)) * time.Second)
+	}
 	gates := make([]corev1.PodSchedulingGate, 0, len(pod.Spec.SchedulingGates))
 	for _, g := range pod.Spec.SchedulingGates {
 		if g.Name != Gate {
@@ -274,7 +313,7 @@ func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, p locks.Permit) error
 	patched.Spec.SchedulingGates = gates
 	patched.Annotations[TokenAnnotation] = strconv.FormatUint(p.Token, 10)
 	patched.Annotations[SlotAnnotation] = strconv.Itoa(p.Slot)
-	patched.Annotations[AdmittedAt] = now.UTC().Format(TimeFormat)
+	patched.Annotations[AdmittedAt] = start.UTC().Format(TimeFormat)
 	err := l.Client.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case apierrors.IsNotFound(err):
@@ -335,7 +374,9 @@ func (l *Line) holding(ctx context.Context, pod *corev1.Pod, now time.Time) (tim
 		if ads := pod.Spec.ActiveDeadlineSeconds; ads == nil || *ads > left {
 			patched := pod.DeepCopy()
 			patched.Spec.ActiveDeadlineSeconds = &left
-			if err := l.Client.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			// A conflict means the cache is behind: the newer pod's event
+			// brings it back here.
+			if err := l.Client.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				return 0, fmt.Errorf("lowering activeDeadlineSeconds of pod %s/%s to its ttl: %w", pod.Namespace, pod.Name, err)
 			}
 		}

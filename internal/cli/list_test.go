@@ -9,64 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/locks"
-	"github.com/queen-locks/queen-locks/permit"
 )
-
-// blockPermitDeletes refuses every delete of a permit in ns, the
-// controller's included, with a ValidatingAdmissionPolicy, until the test
-// ends: expired permits then stay, as they do when expiry cannot delete
-// (no leader, or its deletes refused). It returns once the API server
-// refuses a dry-run delete of a probe permit.
-func blockPermitDeletes(t *testing.T, ns string) {
-	t.Helper()
-	ctx := context.Background()
-	name := "block-permit-deletes-" + ns
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"queenlocks"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "the test blocks deletes of permits here",
-				Reason: ptr.To(metav1.StatusReasonForbidden)}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
-	for _, o := range []client.Object{policy, binding} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
-	}
-	a, err := locks.New(env.Client, nil).Acquire(ctx, ns, "probe", "probe", 3600, 1)
-	if err != nil || !a.Acquired {
-		t.Fatal(a, err)
-	}
-	probe := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name("probe", 0)}}
-	eventually(t, "the policy to refuse deletes", func() bool {
-		return apierrors.IsForbidden(env.Client.Delete(ctx, probe, client.DryRunAll))
-	})
-}
 
 type listedHolder struct {
 	Slot    int    `json:"slot"`
@@ -113,7 +57,7 @@ func listLocks(t *testing.T, ns string, args ...string) (map[string][]listedHold
 func TestListShowsHolderPodsAndExpiredPermits(t *testing.T) {
 	ctx := context.Background()
 	ns, podNS := namespace(t), namespace(t)
-	blockPermitDeletes(t, ns)
+	env.BlockPermitDeletes(t, ns)
 	p := env.Pod(t, podNS, "worker", "default")
 	l := locks.New(env.Client, nil)
 	for _, c := range []struct {

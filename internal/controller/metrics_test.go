@@ -8,15 +8,12 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -79,48 +76,6 @@ func await(t *testing.T, what string, cond func() bool) {
 		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
-}
-
-// blockPermitDeletes refuses every delete of a permit in ns, the
-// controller's included, with a ValidatingAdmissionPolicy, until the test
-// ends: expired permits then stay, as they do when expiry cannot delete.
-// It returns once the API server refuses a dry-run delete of a probe permit.
-func blockPermitDeletes(t *testing.T, ns string) {
-	t.Helper()
-	ctx := context.Background()
-	name := "block-permit-deletes-" + ns
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"queenlocks"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "the test blocks deletes of permits here",
-				Reason: ptr.To(metav1.StatusReasonForbidden)}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
-	for _, o := range []client.Object{policy, binding} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
-	}
-	probe := create(t, ns, "probe", 3600)
-	await(t, "the policy to refuse deletes", func() bool {
-		return apierrors.IsForbidden(env.Client.Delete(ctx, probe, client.DryRunAll))
-	})
 }
 
 // holdEndsWatched waits until the controller's hold timer sees permits
@@ -215,7 +170,7 @@ func TestATakeoverEndsAHolding(t *testing.T) {
 	holdEndsWatched(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	blockPermitDeletes(t, ns)
+	env.BlockPermitDeletes(t, ns)
 	a, err := locks.New(env.Client, nil).Acquire(ctx, ns, "handover", "first", 1, 1)
 	if err != nil || !a.Acquired {
 		t.Fatal(a, err)
@@ -250,7 +205,7 @@ func TestATakeoverEndsAHolding(t *testing.T) {
 // delete refused) is overdue, and no longer held.
 func TestOverduePermitsAreCounted(t *testing.T) {
 	ns := namespace(t)
-	blockPermitDeletes(t, ns) // holds the probe, 3600 s
+	env.BlockPermitDeletes(t, ns) // holds the probe, 3600 s
 	overdue := func() sample {
 		return metric(t, "queen_locks_permits_overdue", map[string]string{"namespace": ns})
 	}

@@ -19,23 +19,18 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/locks"
-	"github.com/queen-locks/queen-locks/permit"
 )
 
 // releaseNamespace is where the chart's rules expect the manager: the
@@ -232,51 +227,6 @@ func scraperToken(t *testing.T, env *controlplane.Env) string {
 	return file
 }
 
-// blockPermitDeletes refuses every delete of a permit in ns, the
-// controller's included, with a ValidatingAdmissionPolicy, until the test
-// ends: expired permits then stay, as they do when expiry cannot delete.
-func blockPermitDeletes(t *testing.T, env *controlplane.Env, ns string) {
-	t.Helper()
-	ctx := context.Background()
-	name := "block-permit-deletes-" + ns
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{locksv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"queenlocks"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "the test blocks deletes of permits here",
-				Reason: ptr.To(metav1.StatusReasonForbidden)}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
-	for _, o := range []client.Object{policy, binding} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
-	}
-	a, err := locks.New(env.Client, nil).Acquire(ctx, ns, "probe", "probe", 3600, 1)
-	if err != nil || !a.Acquired {
-		t.Fatal(a, err)
-	}
-	probe := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name("probe", 0)}}
-	await(t, time.Minute, func() string { return "the policy to refuse deletes" }, func() bool {
-		return apierrors.IsForbidden(env.Client.Delete(ctx, probe, client.DryRunAll))
-	})
-}
-
 type result = map[string]any
 
 // call posts one call to a route and answers its status and results.
@@ -380,7 +330,7 @@ func exercise(t *testing.T, env *controlplane.Env) (overdueNS string) {
 	// Stuck: the controller may not delete; one permit stays overdue, and
 	// another is taken over.
 	overdueNS = env.Namespace(t, "mon-stuck")
-	blockPermitDeletes(t, env, overdueNS)
+	env.BlockPermitDeletes(t, overdueNS)
 	l := locks.New(env.Client, nil, locks.WithGrace(env.Grace))
 	for _, lock := range []string{"stuck", "handover"} {
 		if a, err := l.Acquire(ctx, overdueNS, lock, "first", 1, 1); err != nil || !a.Acquired {

@@ -48,6 +48,10 @@ type Report struct {
 	Open             int // lost answers left open (a release, or an expiry)
 	Linearized       string
 	Violations       []string
+	Gated            GatedFigures
+	// GaveBack counts acquires the route may have given back because
+	// their caller went away (givenBack).
+	GaveBack int
 }
 
 // Check runs every check over h. timeout bounds the linearizability search.
@@ -64,7 +68,7 @@ func Check(h History, timeout time.Duration) Report {
 		} else {
 			r.Ops[op.Kind+"/"+op.Outcome]++
 		}
-		if op.Role != "" && op.Role != RoleHolder && op.Role != RolePodGone {
+		if op.Role != "" && op.Role != RoleHolder && op.Role != RolePodGone && op.Role != RoleGated {
 			r.Misbehaving[op.Role+" "+op.Kind+"/"+op.Outcome]++
 		}
 		if op.BadCall && (strings.Contains(op.Error, "route answered 401") || strings.Contains(op.Error, "route answered 403")) {
@@ -83,6 +87,19 @@ func Check(h History, timeout time.Duration) Report {
 			r.violate(fmt.Sprintf("harness: the route refused a call as malformed: %s", op))
 		}
 	}
+	// Gated pods hold the lock and the semaphore too: the manager's
+	// acquires and ends for them, from the record, join the operations,
+	// and so do the route's give-backs of acquires whose caller went away
+	// (after the counts above, which are the clients' own).
+	if more := append(gatedOps(h), givenBack(h)...); len(more) > 0 {
+		h.Ops = append(append([]Op(nil), h.Ops...), more...)
+		sortOps(h.Ops)
+		for _, op := range more {
+			if op.Role == RoleGaveBack {
+				r.GaveBack++
+			}
+		}
+	}
 	r.checkOrder(h)
 	r.checkFences(h, b)
 	r.checkDeletes(h, b)
@@ -90,6 +107,7 @@ func Check(h History, timeout time.Duration) Report {
 	r.checkAvailable(h, b)
 	r.checkAcknowledged(h)
 	r.checkSemaphore(h, b)
+	r.checkGated(h, b)
 	ops, resolved, dropped := resolve(h.Ops, h.Permits)
 	r.Resolved, r.Dropped = resolved, dropped
 	for _, op := range ops {
@@ -307,11 +325,15 @@ func (r *Report) checkDeletes(h History, b bounds) {
 func (r *Report) checkHandovers(h History) {
 	released := map[string][]int64{} // owner -> calls of releases and revokes of its permit
 	podGone := map[string][]int64{}  // owner -> calls of the deletes of its pod
+	gatedEnd := map[string][]int64{} // owner (a gated pod) -> the ends of its permit (gatedOps)
 	for _, op := range h.Ops {
 		if (op.Kind == KindRelease || op.Kind == KindRevoke) && op.Outcome != Failed && op.Lock == "" {
 			released[op.Owner] = append(released[op.Owner], op.Call)
 			if op.Role == RolePodGone {
 				podGone[op.Owner] = append(podGone[op.Owner], op.Call)
+			}
+			if op.Role == RoleGated {
+				gatedEnd[op.Owner] = append(gatedEnd[op.Owner], op.Call)
 			}
 		}
 	}
@@ -351,16 +373,21 @@ func (r *Report) checkHandovers(h History) {
 			deleted, prev = e, nil
 		case "ADDED":
 			if deleted != nil {
-				byRelease, byPod := false, false
+				byRelease, byPod, byGated := false, false, false
 				for _, call := range released[deleted.Owner] {
 					byRelease = byRelease || call < deleted.Seen
 				}
 				for _, call := range podGone[deleted.Owner] {
 					byPod = byPod || call < deleted.Seen
 				}
+				for _, call := range gatedEnd[deleted.Owner] {
+					byGated = byGated || call < deleted.Seen
+				}
 				switch {
 				case byPod:
 					r.Handovers["pod-gone"]++
+				case byGated:
+					r.Handovers["gated pod ended"]++
 				case byRelease:
 					r.Handovers["release"]++
 				default:
@@ -624,6 +651,9 @@ func (r *Report) checkSemaphore(h History, b bounds) {
 	}
 	leases := map[string]*lease{}
 	for _, op := range ops {
+		if op.Role == RoleGated {
+			continue // a gated pod holds by its Hold (checkGated), not by a permit's answers
+		}
 		switch op.Outcome {
 		case Acquired, Already, Renewed:
 			l := leases[op.Owner]
@@ -640,6 +670,16 @@ func (r *Report) checkSemaphore(h History, b bounds) {
 		if op.Kind == KindRelease && op.Outcome == Released {
 			if l := leases[op.Owner]; l != nil {
 				l.end = min(l.end, op.Call-b.skew)
+			}
+		}
+		// A release answered lost deletes the lease all the same once the
+		// answering replica's clock, up to the skew ahead, has passed its
+		// end (see the lease model): no earlier than its call, nor than
+		// the end less the skew; the next holder's stamp is up to the skew
+		// behind that.
+		if op.Kind == KindRelease && op.Outcome == Lost {
+			if l := leases[op.Owner]; l != nil {
+				l.end = min(l.end, max(op.Call, l.end-b.skew)-b.skew)
 			}
 		}
 	}

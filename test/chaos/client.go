@@ -40,6 +40,8 @@ type Client struct {
 	Permits client.Client
 	Rand    *rand.Rand
 	Log     func(Op)
+	// LogHold records a gated pod's hold (RoleGated).
+	LogHold func(Hold)
 	// Role is one of the Role constants; empty is RoleHolder.
 	Role string
 	// OtherLock is the second lock whose guard RoleOtherLock writes under.
@@ -73,6 +75,9 @@ func (c *Client) Run(ctx context.Context, stop <-chan struct{}) {
 		return
 	case RoleSemaphore:
 		c.runSemaphore(ctx, stop, stopped)
+		return
+	case RoleGated:
+		c.runGated(ctx, stopped)
 		return
 	}
 	for !stopped() {

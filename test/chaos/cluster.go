@@ -101,6 +101,9 @@ func (c *cluster) prepare(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	if err := c.prepareGated(ctx, cfg); err != nil {
+		return err
+	}
 	for _, r := range c.replicas {
 		if err := c.startReplica(r); err != nil {
 			return err
@@ -174,6 +177,9 @@ func (c *cluster) startReplicas(cfg Config) error {
 		}
 		for _, cl := range kc.Clusters {
 			cl.Server = "https://" + r.api.addr()
+		}
+		if gatedOn(cfg) {
+			asManager(kc) // the admission policies know the manager by its ServiceAccount
 		}
 		kubeconfig := filepath.Join(c.dir, fmt.Sprintf("kubeconfig-replica-%d", i))
 		if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
@@ -377,6 +383,10 @@ func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*
 			sc := bufio.NewScanner(outR)
 			sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 			for sc.Scan() {
+				if hold, ok := holdOf(sc.Bytes()); ok {
+					c.rec.hold(hold)
+					continue
+				}
 				var op Op
 				if json.Unmarshal(sc.Bytes(), &op) == nil {
 					logOp(op)

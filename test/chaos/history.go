@@ -232,6 +232,8 @@ type History struct {
 	// SemPermits are the semaphore's permits, every slot, in commit order.
 	SemPermits []Event `json:"semPermits,omitempty"`
 	Objects    []Event `json:"objects"` // the guarded ConfigMap, in commit order
+	// Holds are the gated pods' holds, as their clients saw them.
+	Holds []Hold `json:"holds,omitempty"`
 }
 
 func stamp(ns int64) string {

@@ -1,9 +1,10 @@
 // Command chaos is make chaos: the fault-injection safety check. It starts a
 // local control plane and manager replicas as separate processes, runs
 // client processes that contend for a lock and a semaphore and write a
-// guarded ConfigMap (and some that misbehave), kills, pauses, skews and cuts
-// things apart for -duration, then checks the recorded history and prints
-// what it found. It exits 1 on any violation.
+// guarded ConfigMap (and some that misbehave, and some that queue gated pods
+// for both: see gated.go), kills, pauses, skews and cuts things apart for
+// -duration, then checks the recorded history and prints what it found. It
+// exits 1 on any violation.
 //
 //	chaos -duration 1m -manager bin/manager
 //
@@ -54,6 +55,7 @@ func run() int {
 	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
 	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
 	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", Semaphore, SemaphoreLimit))
+	gated := flag.Int("gated-clients", 2, fmt.Sprintf("Client processes that create gated pods (locks.queen.dev/gate) for %s and %s, and end them once let in; 0 runs none, and the manager without --gated-pods.", Lock, Semaphore))
 	drop := flag.Float64("drop-answers", 0.05, "Share of the holders' route calls whose answer is dropped after a replica carried the call out; the retry reaches the other replica.")
 	auth := flag.String("auth", route.AuthToken, "The route's --auth: token (clients send a ServiceAccount token of audience queen-locks) or none.")
 	managerArgs := flag.String("manager-args", "", "More flags for every replica, space-separated (a deliberate bug's, with a manager built with -tags chaosbug).")
@@ -99,6 +101,9 @@ func run() int {
 	}
 	for i := 0; i < *semaphores; i++ {
 		misbehave = append(misbehave, RoleSemaphore)
+	}
+	for i := 0; i < *gated; i++ {
+		misbehave = append(misbehave, RoleGated)
 	}
 	if *auth != route.AuthToken && *auth != route.AuthNone {
 		fmt.Fprintf(os.Stderr, "chaos: -auth %q: want %s or %s\n", *auth, route.AuthToken, route.AuthNone)
@@ -215,8 +220,9 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	row("  of them acquired after waiting", r.WaitWon)
 	row("semaphore permit versions recorded", r.SemVersions)
 	row("most semaphore holders at once (limit 3)", r.MostHolders)
+	printGated(row, r.Gated)
 	row("renewals", r.Renewals)
-	for _, k := range []string{"release", "expiry", "takeover", "pod-gone"} {
+	for _, k := range []string{"release", "expiry", "takeover", "pod-gone", "gated pod ended"} {
 		row("handovers by "+k, r.Handovers[k])
 	}
 	row("  of them after a foreground or orphan delete", r.Handovers["deleting"])
@@ -225,6 +231,7 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 		row("fault: "+f, res.Faults[f])
 	}
 	row("lost answers settled from the record", r.Resolved)
+	row("  acquires the route may have given back, their caller gone", r.GaveBack)
 	row("lost answers that left no trace (not applied)", r.Dropped)
 	row("lost answers left open", r.Open)
 	row("violations", len(r.Violations))
@@ -272,6 +279,11 @@ func runClient(args []string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = enc.Encode(op)
+	}
+	c.LogHold = func(h Hold) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(holdLine{Hold: &h})
 	}
 	stop := make(chan struct{})
 	go func() {

@@ -32,6 +32,7 @@ type recorder struct {
 	sem     []Event // the semaphore's permits
 	objects []Event
 	pods    []PodGone // holder pods the nemesis deleted
+	holds   []Hold    // the gated pods' holds, as their clients wrote them
 	outages [][2]int64
 	err     error
 	owner   string // the permit's current owner, "" when free

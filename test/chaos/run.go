@@ -83,8 +83,14 @@ type Result struct {
 // that every watch must reach, and checks the history.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rnd := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	if gatedOn(cfg) {
+		cfg.ManagerArgs = append(cfg.ManagerArgs, "--gated-pods")
+	}
 	env, err := controlplane.Start(controlplane.Options{
 		NoManager: true,
+		// With gated clients: the pod webhook configuration, the admission
+		// policies and the manager's pod rights of config/gate.
+		GatedPods: gatedOn(cfg),
 		// Watches go to etcd itself, which can replay every version after
 		// any other: a restarted API server's watch cache could not.
 		APIServerFlags: map[string]string{"watch-cache": "false", "etcd-compaction-interval": "0"},
@@ -150,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if c.rec.err != nil {
 		return nil, c.rec.err
 	}
-	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), PodsGone: c.rec.pods, Outages: c.rec.outages, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects}
+	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), PodsGone: c.rec.pods, Outages: c.rec.outages, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects, Holds: c.rec.holds}
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}

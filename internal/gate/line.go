@@ -62,6 +62,10 @@ type Line struct {
 	// delete that frees one wakes the line again. Nil always attempts.
 	Held  *locks.Client
 	Clock clock.PassiveClock
+	// Grace is the expiry grace: a permit past its expireTime by this much
+	// may be taken over, and the line looks again then, as the route's
+	// waiters do, rather than waiting for the expiry controller's delete.
+	Grace time.Duration
 	// Recorder writes core events: a waiting pod's place changes under the
 	// same reason, and the events.k8s.io recorder would fold those into a
 	// series that keeps the first note, the place it no longer has; the
@@ -101,9 +105,10 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Lock}}}
 	})
-	// Only a deleted permit frees a slot (an expired one is deleted by the
-	// expiry controller, and taking one over is not waited for); renews,
-	// which are most permit events, wake nothing.
+	// Only a deleted permit frees a slot: renews, which are most permit
+	// events, wake nothing. An expired permit may be taken over before the
+	// expiry controller deletes it: the line looks again at the soonest
+	// expiry of a full lock's holders (Reconcile's RequeueAfter).
 	freed := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
@@ -161,9 +166,16 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		return waiting[i].UID < waiting[j].UID
 	})
 	told := l.toldOf(req.NamespacedName, waiting)
-	retry, err := l.admit(ctx, lock, waiting, told)
+	retry, expires, err := l.admit(ctx, lock, waiting, told)
 	if err := errors.Join(append(holdErrs, err)...); err != nil {
 		return ctrl.Result{}, err
+	}
+	if !expires.IsZero() {
+		// Just past the moment a takeover is allowed.
+		after := max(expires.Add(l.Grace).Sub(now), 0) + takeoverMargin
+		if next == 0 || after < next {
+			next = after
+		}
 	}
 	// Nothing of this lock changes when a ServiceAccount regains its rights
 	// or a quota makes room: look again.
@@ -193,14 +205,19 @@ func (l *Line) toldOf(key types.NamespacedName, waiting []*corev1.Pod) map[types
 	return told
 }
 
+// takeoverMargin is how long after an expired permit may be taken over the
+// line tries: the webhook decides by its own reading of the clock.
+const takeoverMargin = 50 * time.Millisecond
+
 // retryLater is how soon a line held up by something outside the lock (a
 // pod's missing rights, a full ResourceQuota) is looked at again.
 const retryLater = 10 * time.Second
 
 // admit lets waiting pods in, in order, until the lock is held; then tells
 // the rest where they stand. retry: a pod waits on something no event of
-// this lock announces.
-func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string) (retry bool, err error) {
+// this lock announces; expires: the lock is full, and its soonest holder's
+// permit expires then.
+func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string) (retry bool, expires time.Time, err error) {
 	log := logf.FromContext(ctx)
 	place := 0
 	var holders []locks.Holder
@@ -250,6 +267,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			held, err := l.Held.Get(ctx, ns, lock)
 			if err == nil && len(held) >= ask.Limit && !holds(held, Owner(pod)) {
 				full, holders = true, held
+				expires = soonest(held)
 				place++
 				waitingAt(pod, place, holders, false)
 				continue
@@ -263,7 +281,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		// while the pod waited takes effect here.
 		missing, err := Entitled(ctx, l.Core, ns, sa)
 		if err != nil {
-			return retry, fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err)
+			return retry, expires, fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err)
 		}
 		if missing != "" {
 			retry = true
@@ -273,21 +291,22 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		got, err := l.Locks.Acquire(ctx, ns, lock, Owner(pod), ttlSeconds(pod, ask), ask.Limit,
 			locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
 		if err != nil {
-			return retry, fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
+			return retry, expires, fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
 		}
 		if !got.Acquired {
 			full, holders, quota = true, got.Holders, got.Reason == locks.ReasonQuota
 			retry = retry || quota
+			expires = soonest(holders)
 			place++
 			waitingAt(pod, place, holders, quota)
 			continue
 		}
 		if err := l.letIn(ctx, pod, ask, got.Permit); err != nil {
-			return retry, err
+			return retry, expires, err
 		}
 		log.Info("gated pod admitted", "lock", lock, "slot", got.Slot, "token", got.Token, "pod", pod.Name)
 	}
-	return retry, nil
+	return retry, expires, nil
 }
 
 // letIn lifts the gate and hands the pod its token, in one patch made
@@ -400,6 +419,17 @@ func ttlSeconds(pod *corev1.Pod, ask Ask) int64 {
 }
 
 // waitingNote says where a waiting pod stands.
+// soonest is the earliest expiry among holders; zero for none.
+func soonest(holders []locks.Holder) time.Time {
+	var t time.Time
+	for _, h := range holders {
+		if !h.ExpiresAt.IsZero() && (t.IsZero() || h.ExpiresAt.Before(t)) {
+			t = h.ExpiresAt
+		}
+	}
+	return t
+}
+
 // holds tells whether owner is among holders.
 func holds(holders []locks.Holder, owner string) bool {
 	for _, h := range holders {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -156,5 +157,28 @@ func TestRouteHoldersAndGatedPodsShareOneLimit(t *testing.T) {
 	}
 	if n := len(heldBy(t, ns, "shared", "")); n > 2 {
 		t.Fatalf("%d permits of a semaphore of 2", n)
+	}
+}
+
+// A holder that stops renewing is taken over once its permit has expired,
+// as a waiting route caller would take it over: the line does not wait for
+// the expiry controller's delete, which here never comes.
+func TestAnExpiredHolderIsTakenOverWithoutADelete(t *testing.T) {
+	ctx := context.Background()
+	ns := entitledNamespace(t)
+	env.BlockPermitDeletes(t, ns)
+	stuck, err := locks.New(env.Client, nil).Acquire(ctx, ns, "stuck", "gone-away", 2, 1)
+	if err != nil || !stuck.Acquired {
+		t.Fatal(stuck, err)
+	}
+	p := gated(t, ns, "next", "stuck")
+	told(t, p, "Waiting", `held by "gone-away"`)
+	got := admitted(t, ns, "next")
+	tok, err := strconv.ParseUint(got.Annotations[gate.TokenAnnotation], 10, 64)
+	if err != nil || tok <= stuck.Token {
+		t.Fatalf("the pod took over with token %q, want above the expired holder's %d", got.Annotations[gate.TokenAnnotation], stuck.Token)
+	}
+	if q := permitOf(t, got); q.Spec.Owner != gate.Owner(got) {
+		t.Fatalf("the permit's owner is %q, want the pod", q.Spec.Owner)
 	}
 }

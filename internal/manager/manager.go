@@ -251,6 +251,7 @@ func setupGatedPods(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 		Core:     core,
 		Locks:    locks.New(direct, o.Clock, locks.WithGrace(o.ExpiryGrace), locks.WithVersions(locks.CachedVersions(mgr.GetCache()))),
 		Held:     locks.New(mgr.GetClient(), o.Clock),
+		Grace:    o.ExpiryGrace,
 		Clock:    o.Clock,
 		Recorder: mgr.GetEventRecorderFor("queen-locks"), //nolint:staticcheck // SA1019: see gate.Line.Recorder: the events.k8s.io recorder keeps a series' first note
 	}

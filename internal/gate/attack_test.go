@@ -1141,8 +1141,10 @@ func TestAttackRaceManyPodsTwoLocks(t *testing.T) {
 			left++
 			if gate.Gated(p) {
 				if !lateDeleted && p.Annotations[gate.LockAnnotation] == "race" && len(ended) > 5 {
-					lateDeleted = true
-					_ = env.Client.Delete(ctx, p)
+					// Only the waiting version read here: a pod let in
+					// meanwhile is not deleted, and another is tried.
+					rv := p.ResourceVersion
+					lateDeleted = env.Client.Delete(ctx, p, client.Preconditions{ResourceVersion: &rv}) == nil
 				}
 				continue
 			}

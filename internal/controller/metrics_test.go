@@ -15,10 +15,10 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/internal/metricstest"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
 )
@@ -33,33 +33,14 @@ type sample struct {
 // metric reads the series of name whose labels are exactly labels.
 func metric(t *testing.T, name string, labels map[string]string) sample {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue series
-				}
-			}
-			switch {
-			case m.GetHistogram() != nil:
-				return sample{count: float64(m.GetHistogram().GetSampleCount()), sum: m.GetHistogram().GetSampleSum(), found: true}
-			case m.GetCounter() != nil:
-				return sample{value: m.GetCounter().GetValue(), found: true}
-			case m.GetGauge() != nil:
-				return sample{value: m.GetGauge().GetValue(), found: true}
-			}
-		}
+	m := metricstest.Series(t, name, labels)
+	switch {
+	case m.GetHistogram() != nil:
+		return sample{count: float64(m.GetHistogram().GetSampleCount()), sum: m.GetHistogram().GetSampleSum(), found: true}
+	case m.GetCounter() != nil:
+		return sample{value: m.GetCounter().GetValue(), found: true}
+	case m.GetGauge() != nil:
+		return sample{value: m.GetGauge().GetValue(), found: true}
 	}
 	return sample{}
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/queen-locks/queen-locks/internal/metricstest"
 	"github.com/queen-locks/queen-locks/internal/route"
 )
 
@@ -25,39 +25,22 @@ type sample struct {
 // metric reads the series of name whose labels are exactly labels.
 func metric(t *testing.T, name string, labels map[string]string) sample {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := metricstest.Series(t, name, labels)
+	if m == nil {
+		return sample{}
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue series
+	if h := m.GetHistogram(); h != nil {
+		s := sample{count: float64(h.GetSampleCount()), sum: h.GetSampleSum(), found: true}
+		for _, b := range h.GetBucket() {
+			for _, l := range b.GetExemplar().GetLabel() {
+				if l.GetName() == "caller" {
+					s.callers = append(s.callers, l.GetValue())
 				}
 			}
-			if h := m.GetHistogram(); h != nil {
-				s := sample{count: float64(h.GetSampleCount()), sum: h.GetSampleSum(), found: true}
-				for _, b := range h.GetBucket() {
-					for _, l := range b.GetExemplar().GetLabel() {
-						if l.GetName() == "caller" {
-							s.callers = append(s.callers, l.GetValue())
-						}
-					}
-				}
-				return s
-			}
-			return sample{value: m.GetCounter().GetValue(), found: true}
 		}
+		return s
 	}
-	return sample{}
+	return sample{value: m.GetCounter().GetValue(), found: true}
 }
 
 func waited(t *testing.T, ns, outcome string, waited bool) sample {

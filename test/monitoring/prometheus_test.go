@@ -604,7 +604,9 @@ func alertExprs(t *testing.T) map[string]string {
 	out := map[string]string{}
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
-			out[r.Alert] = r.Expr
+			if r.Alert != "" { // not a recording rule
+				out[r.Alert] = r.Expr
+			}
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package monitoring
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,33 +16,10 @@ func TestPromtoolChecksTheRules(t *testing.T) {
 	run(t, tool(t, "promtool"), "check", "rules", rulesFile)
 }
 
-// alertNames answers the alerts of the chart's rules file.
+// alertNames answers the alerts of the chart's rules file, sorted.
 func alertNames(t *testing.T) []string {
 	t.Helper()
-	raw, err := os.ReadFile(rulesFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules struct {
-		Groups []struct {
-			Rules []struct {
-				Alert string `json:"alert"`
-				Expr  string `json:"expr"`
-			} `json:"rules"`
-		} `json:"groups"`
-	}
-	if err := yaml.Unmarshal(raw, &rules); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			if r.Alert != "" {
-				names = append(names, r.Alert)
-			}
-		}
-	}
-	return names
+	return slices.Sorted(maps.Keys(alertExprs(t)))
 }
 
 // Every alert fires in some case of testdata/alerts.test.yaml and stays

@@ -63,7 +63,7 @@ var followedPods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 
 var holderPodErrors = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "queen_locks_holder_pod_errors_total",
-	Help: "Lists and watches of a followed holder pod that failed; the leader tries again with a backoff. While they fail, a gone pod's permit is not freed.",
+	Help: "Lists and watches of the pods of a namespace with holder pods, and reads of one holder pod, that failed; the leader tries again with a backoff. While they fail, a gone pod's permit may not be freed.",
 })
 
 // The ends of a holding, the end label of queen_locks_hold_seconds.

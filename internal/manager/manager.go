@@ -132,9 +132,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// expiry over at once instead of after the lease duration.
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
-		// The only pods the manager reads through its cache are gated
-		// ones (holder pods are followed one by one, in controller.Pods):
-		// the cluster's other pods never reach its memory.
+		// The only pods this cache holds are gated ones. Holder pods are
+		// watched apart (controller.Pods), by namespace, and only their
+		// names and UIDs are kept.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{gate.Label: gate.LabelValue})},
 		}},

@@ -137,8 +137,9 @@ one), rows take turns in one-second rounds, and CPU is counted per cycle.
   watch event and one try (a create, and a list for a semaphore).
 - **Gated pods.** A gated pod's handoff takes two hops where the route's
   takes one. The pod's end must first reach the manager: the expiry
-  controller follows each holder pod with a watch of its metadata, reads
-  the pod for its phase when it changes, and deletes the permit (the row
+  controller watches the unfinished pods of the holder's namespace, sees
+  the pod leave them, reads it once for the reason, and deletes the
+  permit (the row
   "pod finished to its permit freed"). The delete then wakes the line,
   which checks the next pod's ServiceAccount again (three
   SubjectAccessReviews, one per verb, sent together, not cached),

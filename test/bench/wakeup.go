@@ -67,13 +67,18 @@ func waitFor(ctx context.Context, t handle.Transport, lock, owner string, limit 
 // handoffs runs waiters on one lock of limit slots; each, once it holds,
 // keeps the slot a moment and releases it, then rests before it waits
 // again, so that the next holder is one that was waiting, never the
-// releaser taking the slot back at once. It answers the gap from each
-// release to the acquire that followed it, for rounds acquires.
+// releaser taking the slot back at once. It answers, for rounds acquires,
+// how long each slot released while some waiter waited sat free: from the
+// release's answer to the answer of the next acquire of that slot. A
+// release while no waiter is left for it (every other waiter rests, or
+// each waiting one has another free slot to take) is not a handoff: the
+// slot sits free until a waiter comes back, and is not counted.
 func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake bool) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
-	var released []time.Time // release answers not yet followed by an acquire
+	waiting := 0                    // waiters inside waitFor
+	released := map[int]time.Time{} // slots released while some waiter waited, not acquired since
 	var out []time.Duration
 	var firstErr error
 	done := 0
@@ -88,7 +93,13 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 		wg.Go(func() {
 			owner := fmt.Sprintf("waiter-%d", w)
 			for ctx.Err() == nil {
+				mu.Lock()
+				waiting++
+				mu.Unlock()
 				a, at, err := waitFor(ctx, t, lock, owner, limit, wake)
+				mu.Lock()
+				waiting--
+				mu.Unlock()
 				if err != nil {
 					if ctx.Err() == nil {
 						fail(err)
@@ -96,9 +107,9 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 					return
 				}
 				mu.Lock()
-				if len(released) > 0 {
-					out = append(out, at.Sub(released[0]))
-					released = released[1:]
+				if from, ok := released[a.Slot]; ok {
+					out = append(out, at.Sub(from))
+					delete(released, a.Slot)
 				}
 				done++
 				if done >= rounds {
@@ -111,7 +122,9 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 					return
 				}
 				mu.Lock()
-				released = append(released, time.Now())
+				if waiting > len(released) {
+					released[a.Slot] = time.Now()
+				}
 				mu.Unlock()
 				time.Sleep(100 * time.Millisecond) // rest: let a waiter take it
 			}
@@ -250,7 +263,7 @@ func (bn *bench) wakeup() error {
 	}
 	b := &bn.b
 	b.WriteString("## Waking waiters\n\n")
-	fmt.Fprintf(b, "How long a lock sits free while somebody waits for it, from the client's clock: waiters woken by the route (`waitSeconds`) against waiters polling as the handles did before (100 ms doubling to 1 s, with jitter). Each waiter holds 20 ms, releases, and rests 100 ms before it waits again, so the next holder is always one that was waiting. The expiry gap includes the skew grace (%v here) by design; the pod gap runs from the answer to the pod's delete.\n\n", bn.env.Grace)
+	fmt.Fprintf(b, "How long a lock sits free while somebody waits for it, from the client's clock: waiters woken by the route (`waitSeconds`) against waiters polling as the handles did before (100 ms doubling to 1 s, with jitter). Each waiter holds 20 ms, releases, and rests 100 ms before it waits again, so the next holder is always one that was waiting. A gap runs from a release to the next acquire of the same slot, and counts only releases while more waiters waited than slots were free (before 2026-12-04 releases were paired with acquires in turn, whatever the slot, and counted when every other waiter was resting too: the semaphore's p99 then measured the rest). The expiry gap includes the skew grace (%v here) by design; the pod gap runs from the answer to the pod's delete.\n\n", bn.env.Grace)
 	b.WriteString(wakeupTable(rows))
 	b.WriteString("\n")
 	return nil

@@ -92,6 +92,10 @@ unit: ## Unit tests alone, no control plane.
 bench: tools ## Throughput, latency, renew load and memory, against a Lease baseline; writes docs/development/benchmarks.md.
 	go run ./test/bench -out docs/development/benchmarks.md
 
+.PHONY: bench-scale
+bench-scale: tools build ## Scale with many pod-held permits over many namespaces (1000 to 20000): memory, watches, expiry and pod-gone lag, route latency, restart; writes docs/development/benchmarks-scale.md.
+	go run ./test/benchscale -manager $(BIN)/manager -out docs/development/benchmarks-scale.md
+
 CHAOS_DURATION ?= 5m
 CHAOS_FLAGS ?=
 

@@ -61,6 +61,16 @@ var followedPods = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 	return 0
 })
 
+var watchedNamespaces = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	Name: "queen_locks_holder_pod_namespaces_watched",
+	Help: "Namespaces whose pods the leader watches because some permit's holder pod lives there: one kube-apiserver watch each.",
+}, func() float64 {
+	if p := followedFrom.Load(); p != nil {
+		return float64(p.Watched())
+	}
+	return 0
+})
+
 var holderPodErrors = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "queen_locks_holder_pod_errors_total",
 	Help: "Lists and watches of the pods of a namespace with holder pods, and reads of one holder pod, that failed; the leader tries again with a backoff. While they fail, a gone pod's permit may not be freed.",
@@ -96,7 +106,7 @@ var holdTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 }, []string{"namespace", "end"})
 
 func init() {
-	metrics.Registry.MustRegister(expirations, releases, followedPods, holderPodErrors, holdTime)
+	metrics.Registry.MustRegister(expirations, releases, followedPods, watchedNamespaces, holderPodErrors, holdTime)
 }
 
 // HeldCollector counts permits from the informer cache at each scrape, so

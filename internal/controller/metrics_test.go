@@ -215,16 +215,23 @@ func TestHolderPodsNamedAreFollowed(t *testing.T) {
 	ns := namespace(t)
 	named := func() float64 { return metric(t, "queen_locks_holder_pods_named", map[string]string{}).value }
 	followed := func() float64 { return metric(t, "queen_locks_holder_pods_followed", map[string]string{}).value }
+	watched := func() float64 {
+		return metric(t, "queen_locks_holder_pod_namespaces_watched", map[string]string{}).value
+	}
 	await(t, "the leader to follow every named pod", func() bool { return followed() == named() })
-	before := named()
+	before, spaces := named(), watched()
 	p := pod(t, ns, "named")
 	holdAs(t, ns, "first", p)
 	holdAs(t, ns, "second", p) // the same pod, counted once
-	await(t, "the pod to be named and followed", func() bool { return named() == before+1 && followed() == before+1 })
+	await(t, "the pod to be named and followed, its namespace watched", func() bool {
+		return named() == before+1 && followed() == before+1 && watched() == spaces+1
+	})
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	await(t, "the gone pod to be forgotten", func() bool { return named() == before && followed() == before })
+	await(t, "the gone pod to be forgotten, its namespace's watch stopped", func() bool {
+		return named() == before && followed() == before && watched() == spaces
+	})
 }
 
 // A holder pod that cannot be listed (here: a tracker whose identity may

@@ -203,7 +203,8 @@ func (t *Pods) Followed() int {
 	return len(t.pods)
 }
 
-// Watched is how many namespaces' pods are watched, for tests.
+// Watched is how many namespaces' pods are watched, for a metric and for
+// tests.
 func (t *Pods) Watched() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

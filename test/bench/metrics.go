@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"os"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/queen-locks/queen-locks/test/internal/promtext"
 )
 
 // The calls an operation costs are read from kube-apiserver's own counters,
@@ -26,110 +26,6 @@ const (
 	webhookTotal = "apiserver_admission_webhook_request_total"
 )
 
-// sample is one series of a scraped metric.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-// parseMetrics reads the Prometheus text format: comment and blank lines,
-// then one `name{label="value",...} value [timestamp]` per line. It keeps
-// every series; callers pick the metrics they need.
-func parseMetrics(r io.Reader) ([]sample, error) {
-	var out []sample
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseLine(line)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d %q: %w", n, line, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseLine(line string) (sample, error) {
-	end := strings.IndexAny(line, "{ \t")
-	if end <= 0 {
-		return sample{}, fmt.Errorf("no metric name followed by a value")
-	}
-	s := sample{name: line[:end], labels: map[string]string{}}
-	rest := line[end:]
-	if rest[0] == '{' {
-		var err error
-		if rest, err = parseLabels(rest[1:], s.labels); err != nil {
-			return sample{}, err
-		}
-	}
-	fields := strings.Fields(rest)
-	if len(fields) == 0 || len(fields) > 2 {
-		return sample{}, fmt.Errorf("want a value and at most a timestamp after the labels, got %q", rest)
-	}
-	v, err := strconv.ParseFloat(fields[0], 64)
-	if err != nil {
-		return sample{}, fmt.Errorf("value %q: %w", fields[0], err)
-	}
-	s.value = v
-	return s, nil
-}
-
-// parseLabels reads `name="value",...}` into the map into and answers what follows
-// the closing brace. Values may hold the escapes \\, \" and \n, and commas.
-func parseLabels(s string, into map[string]string) (string, error) {
-	for {
-		s = strings.TrimLeft(s, " \t")
-		if s == "" {
-			return "", fmt.Errorf("labels not closed with }")
-		}
-		if s[0] == '}' {
-			return s[1:], nil
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 || len(s) < eq+2 || s[eq+1] != '"' {
-			return "", fmt.Errorf(`want name="value" at %q`, s)
-		}
-		name := strings.TrimSpace(s[:eq])
-		var v strings.Builder
-		i := eq + 2
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] != '\\' {
-				v.WriteByte(s[i])
-				continue
-			}
-			if i++; i == len(s) {
-				break
-			}
-			switch s[i] {
-			case 'n':
-				v.WriteByte('\n')
-			case '\\', '"':
-				v.WriteByte(s[i])
-			default:
-				return "", fmt.Errorf("label %s: unknown escape \\%c", name, s[i])
-			}
-		}
-		if i >= len(s) {
-			return "", fmt.Errorf("label %s: value not closed with \"", name)
-		}
-		into[name] = v.String()
-		s = strings.TrimLeft(s[i+1:], " \t")
-		if s == "" {
-			return "", fmt.Errorf("labels not closed with }")
-		}
-		if strings.HasPrefix(s, ",") {
-			s = s[1:]
-		} else if !strings.HasPrefix(s, "}") {
-			return "", fmt.Errorf("label %s: want , or } after its value, got %q", name, s)
-		}
-	}
-}
-
 // tally is what kube-apiserver counted: API requests by "VERB resource"
 // (the subresource after a slash), and admission webhook calls by
 // "OPERATION webhook". Watches are left out: one is counted when it ends,
@@ -139,21 +35,21 @@ type tally struct {
 	api, webhooks map[string]float64
 }
 
-func tallyOf(samples []sample) tally {
+func tallyOf(samples []promtext.Sample) tally {
 	t := tally{api: map[string]float64{}, webhooks: map[string]float64{}}
 	for _, s := range samples {
-		switch s.name {
+		switch s.Name {
 		case requestTotal:
-			res, verb := s.labels["resource"], s.labels["verb"]
+			res, verb := s.Labels["resource"], s.Labels["verb"]
 			if res == "" || verb == "WATCH" {
 				continue
 			}
-			if sub := s.labels["subresource"]; sub != "" {
+			if sub := s.Labels["subresource"]; sub != "" {
 				res += "/" + sub
 			}
-			t.api[verb+" "+res] += s.value
+			t.api[verb+" "+res] += s.Value
 		case webhookTotal:
-			t.webhooks[s.labels["operation"]+" "+s.labels["name"]] += s.value
+			t.webhooks[s.Labels["operation"]+" "+s.Labels["name"]] += s.Value
 		}
 	}
 	return t
@@ -260,7 +156,7 @@ func scrape(ctx context.Context, cs kubernetes.Interface) (tally, error) {
 			return tally{}, err
 		}
 	}
-	samples, err := parseMetrics(bytes.NewReader(raw))
+	samples, err := promtext.Parse(bytes.NewReader(raw))
 	if err != nil {
 		return tally{}, fmt.Errorf("kube-apiserver's /metrics: %w", err)
 	}

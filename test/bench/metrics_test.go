@@ -2,10 +2,11 @@ package main
 
 import (
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/queen-locks/queen-locks/test/internal/promtext"
 )
 
 // testdata/apiserver-metrics.txt is an excerpt of kube-apiserver v1.37's
@@ -16,7 +17,7 @@ func TestTallyOfCapturedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	samples, err := parseMetrics(f)
+	samples, err := promtext.Parse(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,41 +87,5 @@ func TestPerOp(t *testing.T) {
 		if got := perOp(c.v, c.n); got != c.want {
 			t.Errorf("perOp(%v, %d) = %q, want %q", c.v, c.n, got, c.want)
 		}
-	}
-}
-
-func TestParseLine(t *testing.T) {
-	s, err := parseLine(`m{path="/a,b",msg="say \"hi\"\\n",x="1\n2", } 3.5e+02 1700000000000`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{"path": "/a,b", "msg": `say "hi"\n`, "x": "1\n2"}
-	if s.name != "m" || s.value != 350 {
-		t.Errorf("got %s %v", s.name, s.value)
-	}
-	if d := cmp.Diff(want, s.labels); d != "" {
-		t.Errorf("labels (-want +got):\n%s", d)
-	}
-	if s, err := parseLine("up 1"); err != nil || s.name != "up" || s.value != 1 || len(s.labels) != 0 {
-		t.Errorf("no labels: %+v %v", s, err)
-	}
-	for _, bad := range []struct{ line, says string }{
-		{`m{a="1"`, "not closed with }"},
-		{`m{a="1} 2`, "not closed with \""},
-		{`m{a=1} 2`, `want name="value"`},
-		{`m{a="1" b="2"} 2`, "want , or }"},
-		{`m{a="\q"} 2`, `unknown escape \q`},
-		{`m{a="1"}`, "want a value"},
-		{`m{a="1"} two`, `value "two"`},
-		{`m{a="1"} 1 2 3`, "at most a timestamp"},
-		{`{a="1"} 1`, "no metric name"},
-	} {
-		_, err := parseLine(bad.line)
-		if err == nil || !strings.Contains(err.Error(), bad.says) {
-			t.Errorf("%s: error %v, want one saying %q", bad.line, err, bad.says)
-		}
-	}
-	if _, err := parseMetrics(strings.NewReader("# HELP m x\nm 1\nm{ 2\n")); err == nil || !strings.Contains(err.Error(), "line 3") {
-		t.Errorf("a bad line is named by its number: %v", err)
 	}
 }

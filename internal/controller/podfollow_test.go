@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controller"
@@ -20,7 +21,9 @@ import (
 func tracker(t *testing.T) *controller.Pods {
 	t.Helper()
 	restore := controller.KeepFollowed()
-	meta, err := metadata.NewForConfig(env.Config)
+	mc := rest.CopyConfig(env.Config)
+	mc.DisableCompression = true
+	meta, err := metadata.NewForConfig(mc)
 	if err != nil {
 		t.Fatal(err)
 	}

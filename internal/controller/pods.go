@@ -8,10 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -63,6 +64,7 @@ type Pods struct {
 	pods   map[podKey]*followed
 	of     map[types.NamespacedName]podKey // which pod each permit names
 	spaces map[string]*space               // the watch of each namespace with followed pods
+	lists  chan struct{}                   // a slot per first list under way (listsAtOnce)
 }
 
 // podKey is one pod: a pod created again under the same name is another,
@@ -88,7 +90,7 @@ type followed struct {
 
 // space is the watch of one namespace's unfinished pods.
 type space struct {
-	inf    cache.SharedIndexInformer
+	store  cache.Store
 	stop   context.CancelFunc
 	synced bool
 	// uids are the followed pods by name: two pods of one name (one
@@ -96,13 +98,20 @@ type space struct {
 	uids map[string]map[string]bool
 }
 
+// listsAtOnce bounds the namespaces whose first list is under way at once.
+// A new leader follows every namespace with holder pods together: at 1,000
+// such namespaces, lists sent all at once queued in kube-apiserver ahead
+// of the leader's own Lease renewal, long enough to lose the lease
+// (docs/development/benchmarks-scale.md).
+const listsAtOnce = 16
+
 // NewPods makes a tracker. Add it to the manager: it follows pods while it
 // runs, which is while this replica leads.
 func NewPods(meta metadata.Interface, core kubernetes.Interface) *Pods {
 	base, cancel := context.WithCancel(context.Background())
 	t := &Pods{Meta: meta, Core: core, Events: make(chan event.GenericEvent, 1024),
 		pods: map[podKey]*followed{}, of: map[types.NamespacedName]podKey{}, spaces: map[string]*space{},
-		base: base, cancel: cancel}
+		lists: make(chan struct{}, listsAtOnce), base: base, cancel: cancel}
 	followedFrom.Store(t)
 	return t
 }
@@ -217,34 +226,68 @@ func (t *Pods) spaceLocked(ns string) *space {
 		return sp
 	}
 	log := podsLog.WithValues("namespace", ns)
-	inf := metadatainformer.NewFilteredMetadataInformer(t.Meta, corev1.SchemeGroupVersion.WithResource("pods"), ns, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.FieldSelector = unfinished }).Informer()
-	sp := &space{inf: inf, uids: map[string]map[string]bool{}}
-	// The name and UID are all that is judged: the rest (labels,
-	// annotations, managedFields) is dropped before it is stored.
-	_ = inf.SetTransform(func(o any) (any, error) {
-		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-			return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-				Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
-		}
-		return o, nil
-	})
-	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+	sp := &space{uids: map[string]map[string]bool{}}
+	failed := func(what string, err error) {
 		holderPodErrors.Inc()
-		log.V(1).Info("listing or watching holder pods", "error", err.Error())
+		log.V(1).Info(what+" holder pods", "error", err.Error())
+	}
+	pods := t.Meta.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = unfinished
+			l, err := pods.List(ctx, o)
+			if err != nil {
+				failed("listing", err)
+			}
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = unfinished
+			w, err := pods.Watch(ctx, o)
+			if err != nil {
+				failed("watching", err)
+			}
+			return w, err
+		},
+	}
+	// A plain informer, not a shared one: nothing else reads these pods,
+	// and a shared informer's fan-out (its goroutines and its buffer of
+	// 1,024 notifications) was most of what each namespace cost.
+	store, inf := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &metav1.PartialObjectMetadata{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { t.seen(sp, o, false) },
+			UpdateFunc: func(_, o any) { t.seen(sp, o, false) },
+			DeleteFunc: func(o any) { t.seen(sp, o, true) },
+		},
+		// The name and UID are all that is judged: the rest (labels,
+		// annotations, managedFields) is dropped before it is stored.
+		Transform: func(o any) (any, error) {
+			if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+				return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+					Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
+			}
+			return o, nil
+		},
 	})
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { t.seen(sp, o, false) },
-		UpdateFunc: func(_, o any) { t.seen(sp, o, false) },
-		DeleteFunc: func(o any) { t.seen(sp, o, true) },
-	})
+	sp.store = store
 	sctx, stop := context.WithCancel(t.base)
 	sp.stop = stop
 	t.spaces[ns] = sp
-	go inf.RunWithContext(sctx)
 	go func() {
-		if cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
+		select {
+		case t.lists <- struct{}{}:
+		case <-sctx.Done():
+			return
+		}
+		go inf.RunWithContext(sctx)
+		select {
+		case <-inf.HasSyncedChecker().Done():
+			<-t.lists
 			t.listed(ns, sp)
+		case <-sctx.Done():
+			<-t.lists
 		}
 	}()
 	return sp
@@ -271,7 +314,7 @@ func (t *Pods) listed(ns string, sp *space) {
 // lookLocked judges a followed pod by the namespace's cache. One the cache
 // lacks is read on its own: it may be newer than the watch.
 func (t *Pods) lookLocked(sp *space, pk podKey, f *followed) {
-	o, ok, _ := sp.inf.GetIndexer().GetByKey(pk.ns + "/" + pk.name)
+	o, ok, _ := sp.store.GetByKey(pk.ns + "/" + pk.name)
 	m, _ := o.(*metav1.PartialObjectMetadata)
 	switch {
 	case ok && m != nil && string(m.UID) == pk.uid:

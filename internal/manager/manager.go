@@ -143,7 +143,13 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	if !o.NoExpiry {
-		meta, err := metadata.NewForConfig(cfg)
+		// The holder pod watches are one per namespace with holder pods,
+		// each open for as long as the leader leads. With gzip, each kept
+		// a decompressor's 32 KiB window and buffers, most of what a watch
+		// cost this process; the metadata of pods compresses to little.
+		mcfg := rest.CopyConfig(cfg)
+		mcfg.DisableCompression = true
+		meta, err := metadata.NewForConfig(mcfg)
 		if err != nil {
 			return nil, fmt.Errorf("creating the metadata client: %w", err)
 		}

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controller"
@@ -20,14 +23,20 @@ import (
 // tracker starts a holder-pod tracker of its own, as the admin.
 func tracker(t *testing.T) *controller.Pods {
 	t.Helper()
+	return trackerAs(t, env.Config)
+}
+
+// trackerAs starts a holder-pod tracker of its own, as cfg's user.
+func trackerAs(t *testing.T, cfg *rest.Config) *controller.Pods {
+	t.Helper()
 	restore := controller.KeepFollowed()
-	mc := rest.CopyConfig(env.Config)
+	mc := rest.CopyConfig(cfg)
 	mc.DisableCompression = true
 	meta, err := metadata.NewForConfig(mc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := kubernetes.NewForConfig(env.Config)
+	core, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,4 +159,64 @@ func TestAPodNewerThanTheWatchIsNotGone(t *testing.T) {
 	if w := tr.Watched(); w != 1 {
 		t.Errorf("%d watches, want 1", w)
 	}
+}
+
+// A new leader follows many namespaces at once, and lists them a few at a
+// time: more namespaces than list slots are all listed in the end.
+func TestManyNamespacesAreAllListed(t *testing.T) {
+	ctx := context.Background()
+	tr := tracker(t)
+	var permits []*locksv1alpha1.QueenLock
+	for i := range 2*controller.ListsAtOnce + 3 {
+		ns := namespace(t)
+		permits = append(permits, naming(ns, fmt.Sprintf("l%d", i), pod(t, ns, "p")))
+	}
+	for _, q := range permits {
+		tr.Track(ctx, q)
+	}
+	await(t, "every pod of every namespace to be known", func() bool {
+		for _, q := range permits {
+			if st := tr.Track(ctx, q); !st.Known || st.Gone {
+				return false
+			}
+		}
+		return true
+	})
+	if w := tr.Watched(); w != len(permits) {
+		t.Errorf("%d namespaces watched, want %d", w, len(permits))
+	}
+}
+
+// Namespaces whose pods cannot be listed, more of them than list slots,
+// give their slots up after a while: a namespace that can be listed is
+// not kept waiting behind them for good.
+func TestUnlistableNamespacesDoNotHoldTheLine(t *testing.T) {
+	defer controller.ListSlotHold(200 * time.Millisecond)()
+	ctx := context.Background()
+	open := namespace(t)
+	// An identity that may read pods in open alone.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: open, Name: "partial"}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: open, Name: "pods"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: open, Name: "pods"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: open, Name: sa.Name}}}
+	for _, o := range []client.Object{sa, role, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", open, sa.Name)}
+	tr := trackerAs(t, cfg)
+	for i := range controller.ListsAtOnce + 4 {
+		ns := namespace(t)
+		tr.Track(ctx, naming(ns, fmt.Sprintf("closed-%d", i), pod(t, ns, "p")))
+	}
+	q := naming(open, "open", pod(t, open, "p"))
+	tr.Track(ctx, q)
+	await(t, "the pod of the namespace that can be listed to be known", func() bool {
+		st := tr.Track(ctx, q)
+		return st.Known && !st.Gone
+	})
 }

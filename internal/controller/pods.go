@@ -105,6 +105,11 @@ type space struct {
 // (docs/development/benchmarks-scale.md).
 const listsAtOnce = 16
 
+// listSlotHold is the longest a namespace keeps its slot while its first
+// list fails, so that namespaces that cannot be listed (the API server
+// refuses, or times out) do not keep the others waiting.
+var listSlotHold = 10 * time.Second
+
 // NewPods makes a tracker. Add it to the manager: it follows pods while it
 // runs, which is while this replica leads.
 func NewPods(meta metadata.Interface, core kubernetes.Interface) *Pods {
@@ -282,12 +287,19 @@ func (t *Pods) spaceLocked(ns string) *space {
 			return
 		}
 		go inf.RunWithContext(sctx)
+		synced := inf.HasSyncedChecker().Done()
+		hold := time.NewTimer(listSlotHold)
 		select {
-		case <-inf.HasSyncedChecker().Done():
-			<-t.lists
+		case <-synced:
+		case <-hold.C:
+		case <-sctx.Done():
+		}
+		hold.Stop()
+		<-t.lists
+		select {
+		case <-synced:
 			t.listed(ns, sp)
 		case <-sctx.Done():
-			<-t.lists
 		}
 	}()
 	return sp

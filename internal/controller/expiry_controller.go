@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -62,7 +63,11 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 		// The same informer again, to time the holdings that end: only
 		// while this replica leads, as the controller runs.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &locksv1alpha1.QueenLock{}, r.ends.handler())).
-		Named("queenlock-expiry")
+		Named("queenlock-expiry").
+		// Permits often fall due together (a batch of jobs started at
+		// once, a leader that was away): one delete at a time made the
+		// 200th of such a batch wait for 199 round trips.
+		WithOptions(controller.Options{MaxConcurrentReconciles: expiryWorkers})
 	if r.Pods != nil {
 		if err := mgr.Add(r.Pods); err != nil {
 			return err
@@ -71,6 +76,10 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return b.Complete(r)
 }
+
+// expiryWorkers is how many permits the leader judges and deletes at once.
+// Each permit is one key of the queue, never handled by two at a time.
+const expiryWorkers = 4
 
 // Reconcile deletes the permit when its lifetime and the grace have passed,
 // and otherwise comes back at that moment.

@@ -93,15 +93,22 @@ one), rows take turns in one-second rounds, and CPU is counted per cycle.
 - **Leaving the manager's own writes out of the webhook** (a
   ` + "`matchConditions`" + ` rule on its ServiceAccount, the route stamping
   the times from its clock, the CRD's CEL rules still checking each
-  transition) was weighed again and not done. On a cycle it would gain
-  little: only the webhook can drop managedFields on a create (the field
-  manager adds them before admission, and a create always records them),
-  so skipping the webhook would bring back about what dropping them
-  saved, for the 0.3 ms of the webhook call. On a renew it would save
-  about a tenth of kube-apiserver's CPU, but the renew target is met
-  without it. It would also turn the contract's "client-sent times are
-  never trusted" into "the manager's times are trusted", a decision for
-  the contract rather than a tuning.
+  transition; SPEC section 3 allows it) was measured by its bound and not
+  done. The renew load's floor row is that bound: the CRD copy, stored
+  without managedFields as permits are, renewed by the same conditional
+  merge patch with no webhook and no route. In the runs of 2026-12-04
+  (250, 1000 and 2000 held) kube-apiserver spent 4.1, 3.3 and 2.7 ms per
+  floor renew against 2.1, 2.1 and 1.8 for a Lease (1.5 to 1.9 times),
+  and 3.6, 3.5 and 3.3 per route renew (1.6 to 1.8 times). Skipping the
+  webhook could at best take a route renew to the floor's, which is
+  itself about 1.5 times a Lease's: the rest is the custom resource, not
+  the webhook. On a cycle it would gain less: only the webhook can drop
+  managedFields on a create (the field manager adds them before
+  admission, and a create always records them), so skipping it would
+  bring back about what dropping them saved, for the 0.3 ms of the
+  webhook call. Against that small gain it would move a rule of the lock
+  ("times are stamped by the server") from the API server's admission
+  chain into the manager's own code path.
 - **The rest of the gap is the custom resource itself** (the floor row):
   kube-apiserver handles a QueenLock as unstructured JSON, where a Lease is
   protobuf and typed. Its schema coercion, CEL rules and the garbage they
@@ -123,6 +130,13 @@ one), rows take turns in one-second rounds, and CPU is counted per cycle.
   the route stayed within the spread of the JSON runs of the same day.
   Nothing of it was kept but the benchmark's ` + "`-apiserver-feature-gates`" + `
   flag, to repeat the trial.
+
+## At scale
+
+Pod-held permits spread over many namespaces, the cost of following
+their pods, expiry and pod-gone lag at 10,000 and more held permits, and
+a manager restart's return: ` + "`make bench-scale`" + `, which writes
+[benchmarks-scale.md](benchmarks-scale.md).
 
 ## Other rows
 

@@ -94,21 +94,25 @@ one), rows take turns in one-second rounds, and CPU is counted per cycle.
   ` + "`matchConditions`" + ` rule on its ServiceAccount, the route stamping
   the times from its clock, the CRD's CEL rules still checking each
   transition; SPEC section 3 allows it) was measured by its bound and not
-  done. The renew load's floor row is that bound: the CRD copy, stored
-  without managedFields as permits are, renewed by the same conditional
-  merge patch with no webhook and no route. In the runs of 2026-12-04
-  (250, 1000 and 2000 held) kube-apiserver spent 4.1, 3.3 and 2.7 ms per
-  floor renew against 2.1, 2.1 and 1.8 for a Lease (1.5 to 1.9 times),
-  and 3.6, 3.5 and 3.3 per route renew (1.6 to 1.8 times). Skipping the
-  webhook could at best take a route renew to the floor's, which is
-  itself about 1.5 times a Lease's: the rest is the custom resource, not
-  the webhook. On a cycle it would gain less: only the webhook can drop
+  done, because the runs disagree on what it would gain. The renew load's
+  floor row is that bound: the CRD copy, stored without managedFields as
+  permits are, renewed by the same conditional merge patch with no
+  webhook and no route. In the runs of 2026-12-04 before this one (250,
+  1000 and 2000 held, machine load 1 to 2) kube-apiserver spent 4.1, 3.3
+  and 2.7 ms per floor renew against 2.1, 2.1 and 1.8 for a Lease (1.5 to
+  1.9 times) and 3.6, 3.5 and 3.3 per route renew (1.6 to 1.8 times): the
+  webhook was a tenth of a renew, and the rest the custom resource. In
+  the run above, with the route's rows at a load near 4 and the floor's
+  near 2, the floor was 1.3 times a Lease and the route about 2 times. A
+  renew's profile (below) puts the webhook at 0.5 ms of kube-apiserver's
+  time. Until a run on a quiet machine settles it, the change would move a
+  rule of the lock ("times are stamped by the server") out of the API
+  server's admission chain for a gain between a tenth and a third of a
+  renew. On a cycle it would gain less: only the webhook can drop
   managedFields on a create (the field manager adds them before
   admission, and a create always records them), so skipping it would
   bring back about what dropping them saved, for the 0.3 ms of the
-  webhook call. Against that small gain it would move a rule of the lock
-  ("times are stamped by the server") from the API server's admission
-  chain into the manager's own code path.
+  webhook call.
 - **The rest of the gap is the custom resource itself** (the floor row):
   kube-apiserver handles a QueenLock as unstructured JSON, where a Lease is
   protobuf and typed. Its schema coercion, CEL rules and the garbage they

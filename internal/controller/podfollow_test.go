@@ -220,3 +220,30 @@ func TestUnlistableNamespacesDoNotHoldTheLine(t *testing.T) {
 		return st.Known && !st.Gone
 	})
 }
+
+// The last events of the pod a newer one of the same name replaced can
+// reach the leader after a permit names the newer one (the permits' watch
+// is another stream than the pods'): they set off a read, and do not free
+// the newer pod's permit. A pod that is really gone still frees it.
+func TestAnOlderPodOfTheNameDoesNotFreeTheNewer(t *testing.T) {
+	ctx := context.Background()
+	tr := tracker(t)
+	ns := namespace(t)
+	p := pod(t, ns, "web-0")
+	q := naming(ns, "web", p)
+	await(t, "the pod to be known", func() bool { st := tr.Track(ctx, q); return st.Known && !st.Gone })
+	older := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.Name, UID: "the-pod-it-replaced"}}
+	for _, gone := range []bool{false, true} {
+		tr.Seen(ns, older, gone)
+		await(t, "the read the event set off to end", func() bool { return !tr.Reading(ns, p.Name, string(p.UID)) })
+		if st := tr.Track(ctx, q); !st.Known || st.Gone {
+			t.Fatalf("after an event of the older pod (gone %v), the running pod is %+v", gone, st)
+		}
+	}
+	if err := env.Client.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	pod(t, ns, p.Name) // its successor, another UID
+	await(t, "the replaced pod's permit to be freed", func() bool { return tr.Track(ctx, q).Gone })
+}

@@ -65,6 +65,7 @@ type Pods struct {
 	of     map[types.NamespacedName]podKey // which pod each permit names
 	spaces map[string]*space               // the watch of each namespace with followed pods
 	lists  chan struct{}                   // a slot per first list under way (listsAtOnce)
+	hold   time.Duration                   // listSlotHold when the tracker was made
 }
 
 // podKey is one pod: a pod created again under the same name is another,
@@ -105,9 +106,11 @@ type space struct {
 // (docs/development/benchmarks-scale.md).
 const listsAtOnce = 16
 
-// listSlotHold is the longest a namespace keeps its slot while its first
-// list fails, so that namespaces that cannot be listed (the API server
-// refuses, or times out) do not keep the others waiting.
+// listSlotHold is the longest a namespace keeps its slot before its first
+// list is in, so that namespaces that cannot be listed (the API server
+// refuses, or times out) do not keep the others waiting for good. Under a
+// load that keeps lists longer than that, the bound is 16 new lists every
+// listSlotHold rather than 16 at once.
 var listSlotHold = 10 * time.Second
 
 // NewPods makes a tracker. Add it to the manager: it follows pods while it
@@ -116,7 +119,7 @@ func NewPods(meta metadata.Interface, core kubernetes.Interface) *Pods {
 	base, cancel := context.WithCancel(context.Background())
 	t := &Pods{Meta: meta, Core: core, Events: make(chan event.GenericEvent, 1024),
 		pods: map[podKey]*followed{}, of: map[types.NamespacedName]podKey{}, spaces: map[string]*space{},
-		lists: make(chan struct{}, listsAtOnce), base: base, cancel: cancel}
+		lists: make(chan struct{}, listsAtOnce), hold: listSlotHold, base: base, cancel: cancel}
 	followedFrom.Store(t)
 	return t
 }
@@ -288,7 +291,7 @@ func (t *Pods) spaceLocked(ns string) *space {
 		}
 		go inf.RunWithContext(sctx)
 		synced := inf.HasSyncedChecker().Done()
-		hold := time.NewTimer(listSlotHold)
+		hold := time.NewTimer(t.hold)
 		select {
 		case <-synced:
 		case <-hold.C:
@@ -324,18 +327,15 @@ func (t *Pods) listed(ns string, sp *space) {
 }
 
 // lookLocked judges a followed pod by the namespace's cache. One the cache
-// lacks is read on its own: it may be newer than the watch.
+// lacks, or holds under another UID, is read on its own: it may be newer
+// than the watch, and the pod of the cache the one it replaced.
 func (t *Pods) lookLocked(sp *space, pk podKey, f *followed) {
 	o, ok, _ := sp.store.GetByKey(pk.ns + "/" + pk.name)
-	m, _ := o.(*metav1.PartialObjectMetadata)
-	switch {
-	case ok && m != nil && string(m.UID) == pk.uid:
+	if m, _ := o.(*metav1.PartialObjectMetadata); ok && m != nil && string(m.UID) == pk.uid {
 		t.setLocked(f, PodState{Known: true})
-	case ok && m != nil:
-		t.notifyLocked(f, PodState{Known: true, Gone: true, Why: "replaced"})
-	default:
-		t.checkLocked(pk, f)
+		return
 	}
+	t.checkLocked(pk, f)
 }
 
 // seen is a watch event of a pod of sp's namespace: present, or gone from
@@ -359,8 +359,13 @@ func (t *Pods) seen(sp *space, o any, gone bool) {
 		switch {
 		case f == nil:
 		case uid != string(m.UID):
-			if !gone { // another pod under the name: ours is gone
-				t.notifyLocked(f, PodState{Known: true, Gone: true, Why: "replaced"})
+			// Another pod under the name. It may be the one that
+			// replaced ours, or the one ours replaced, whose last events
+			// the watch brings after a permit already names ours (the
+			// permits' watch is another stream): which, a read tells.
+			// Its delete says nothing of ours.
+			if !gone {
+				t.checkLocked(pk, f)
 			}
 		case gone:
 			// Deleted or finished: a read of the pod tells which, for

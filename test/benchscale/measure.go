@@ -222,7 +222,7 @@ func (s *scale) restartManager(ctx context.Context, step int) (restart, error) {
 		}
 		if r.watches == 0 && n%5 == 0 {
 			// kube-apiserver's metrics are a large page: every half second.
-			if w, err := apiserverWatches(ctx, s.cs); err == nil && w["pods"] >= spaces {
+			if w, err := apiserverWatches(ctx, s.cs); err == nil && w["pods"] >= s.podWatchBase+spaces {
 				r.watches = since()
 			}
 		}

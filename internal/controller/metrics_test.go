@@ -11,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -237,7 +235,6 @@ func TestHolderPodsNamedAreFollowed(t *testing.T) {
 // A holder pod that cannot be listed (here: a tracker whose identity may
 // not read pods) is counted as an error, again at each try.
 func TestHolderPodErrorsAreCounted(t *testing.T) {
-	defer controller.KeepFollowed()()
 	ctx := context.Background()
 	ns := namespace(t)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "blind"}}
@@ -247,24 +244,7 @@ func TestHolderPodErrorsAreCounted(t *testing.T) {
 	// It may not even list pods: every list is refused.
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", ns, sa.Name)}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	core, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tracker := controller.NewPods(meta, core)
-	tctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- tracker.Start(tctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	tracker := trackerAs(t, cfg)
 
 	failures := func() float64 { return metric(t, "queen_locks_holder_pod_errors_total", map[string]string{}).value }
 	before := failures()

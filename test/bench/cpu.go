@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/test/internal/procfs"
 )
 
 // CPU time per cycle is the figure that a shared machine disturbs least:
@@ -18,9 +19,7 @@ import (
 // procs are the processes whose CPU time is measured: this run's
 // kube-apiserver and etcd, found by the directories envtest gave them, and
 // this process (the route, the webhooks, the manager and the clients).
-type procs struct {
-	apiserver, etcd int
-}
+type procs procfs.Procs
 
 // cpuTimes is the CPU time (user and system) each process had used.
 type cpuTimes struct {
@@ -58,54 +57,15 @@ func (p procs) idleRate(d time.Duration) cpuTimes {
 	return cpuTimes{per(used.apiserver), per(used.etcd), per(used.self)}
 }
 
-// findProcs finds this control plane's kube-apiserver and etcd among the
-// machine's processes: other engineers run their own, and only these two
-// have these directories on their command lines.
+// findProcs finds this control plane's kube-apiserver and etcd.
 func findProcs(env *controlplane.Env) (procs, error) {
 	cp := env.Env.ControlPlane
-	apiMark := "--cert-dir=" + cp.APIServer.CertDir
-	etcdMark := "--data-dir=" + cp.Etcd.DataDir
-	var p procs
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return p, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(raw), "\x00")
-		switch {
-		case len(args) == 0:
-		case filepath.Base(args[0]) == "kube-apiserver" && hasArg(args, apiMark, "--cert-dir", cp.APIServer.CertDir):
-			p.apiserver = pid
-		case filepath.Base(args[0]) == "etcd" && hasArg(args, etcdMark, "--data-dir", cp.Etcd.DataDir):
-			p.etcd = pid
-		}
-	}
-	if p.apiserver == 0 || p.etcd == 0 {
-		return p, fmt.Errorf("could not find this run's kube-apiserver (%d) and etcd (%d) processes", p.apiserver, p.etcd)
-	}
-	return p, nil
-}
-
-// hasArg tells whether args hold flag=value or flag value.
-func hasArg(args []string, joined, flag, value string) bool {
-	for i, a := range args {
-		if a == joined || (a == flag && i+1 < len(args) && args[i+1] == value) {
-			return true
-		}
-	}
-	return false
+	p, err := procfs.Find(cp.APIServer.CertDir, cp.Etcd.DataDir)
+	return procs(p), err
 }
 
 func (p procs) times() cpuTimes {
-	return cpuTimes{apiserver: procCPU(strconv.Itoa(p.apiserver)), etcd: procCPU(strconv.Itoa(p.etcd)), self: procCPU("self")}
+	return cpuTimes{apiserver: procCPU(strconv.Itoa(p.APIServer)), etcd: procCPU(strconv.Itoa(p.Etcd)), self: procCPU("self")}
 }
 
 // clockTick is the unit of /proc/PID/stat's times (USER_HZ), 100 on Linux.

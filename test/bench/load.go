@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/test/internal/procfs"
 )
 
 func nsObj(name string) *corev1.Namespace {
@@ -44,17 +44,8 @@ func waitRoute(t handle.Transport) error {
 
 // loadAvg1 is the machine's load average over the last minute.
 func loadAvg1() string {
-	l, _, _ := strings.Cut(loadAvg(), ",")
+	l, _, _ := strings.Cut(procfs.LoadAvg(), ",")
 	return l
-}
-
-// loadAvg is the machine's load average over 1, 5 and 15 minutes.
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], ", ")
-	}
-	return "unknown"
 }
 
 func post(url, body string) error {
@@ -313,38 +304,13 @@ func holdMany(t handle.Transport, n int) error {
 	return firstErr
 }
 
-func rss() int64 { return statusKB("VmRSS:") * 1024 }
+func rss() int64 { return procfs.RSS("self") }
 
 func memTotal() string {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return "unknown"
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if f := strings.Fields(s.Text()); len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return fmt.Sprintf("%.0f GiB", float64(kb)/1024/1024)
-		}
+	if b := procfs.Meminfo("MemTotal:"); b > 0 {
+		return fmt.Sprintf("%.0f GiB", float64(b)/(1<<30))
 	}
 	return "unknown"
-}
-
-func statusKB(key string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if f := strings.Fields(s.Text()); len(f) >= 2 && f[0] == key {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb
-		}
-	}
-	return 0
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }

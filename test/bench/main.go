@@ -32,6 +32,7 @@ import (
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/test/internal/procfs"
 )
 
 func main() {
@@ -300,7 +301,7 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	b := &bn.b
 	fmt.Fprintf(b, "Measured %s on this machine: %d cores, %s memory, %s, one local control plane (etcd and kube-apiserver built by the project). "+
 		"The machine was shared with other engineers' builds and tests: load average (1, 5, 15 min) %s at the start, %%END_LOAD%% at the end.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), memTotal(), runtime.Version(), loadAvg())
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), memTotal(), runtime.Version(), procfs.LoadAvg())
 	if featureGates != "" {
 		fmt.Fprintf(b, "kube-apiserver ran with `--feature-gates=%s`.\n\n", featureGates)
 	}
@@ -316,7 +317,7 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 		fmt.Fprint(os.Stderr, ".")
 	}
 	fmt.Fprintln(os.Stderr)
-	report := strings.Replace(b.String(), "%END_LOAD%", loadAvg(), 1) + bn.sum.write()
+	report := strings.Replace(b.String(), "%END_LOAD%", procfs.LoadAvg(), 1) + bn.sum.write()
 	fmt.Print(report)
 	if outPath != "" {
 		doc := "# Benchmarks\n\nReproduce with `make bench` (about ten minutes). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes

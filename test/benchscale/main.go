@@ -31,6 +31,7 @@ import (
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/test/internal/procfs"
 	"github.com/queen-locks/queen-locks/test/internal/promtext"
 )
 
@@ -123,7 +124,7 @@ func run(ctx context.Context, c config) (int, error) {
 	if _, err := os.Stat(c.manager); err != nil {
 		return 1, fmt.Errorf("the manager binary (make build): %w", err)
 	}
-	rep := &report{cfg: c, started: time.Now(), loadBefore: loadAvg(), memTotal: meminfo("MemTotal:")}
+	rep := &report{cfg: c, started: time.Now(), loadBefore: procfs.LoadAvg(), memTotal: procfs.Meminfo("MemTotal:")}
 	env, err := controlplane.Start(controlplane.Options{NoManager: true})
 	if err != nil {
 		return 1, err
@@ -166,7 +167,7 @@ func run(ctx context.Context, c config) (int, error) {
 	}
 	code := 0
 	for _, n := range c.steps {
-		if avail := meminfo("MemAvailable:"); avail >= 0 && avail < c.minFree {
+		if avail := procfs.Meminfo("MemAvailable:"); avail >= 0 && avail < c.minFree {
 			rep.stopped = fmt.Sprintf("Stopped before the %d step: the machine had %s available, under the %s the run keeps free (-min-free-mib).", n, mib(avail), mib(c.minFree))
 			break
 		}
@@ -191,7 +192,7 @@ func run(ctx context.Context, c config) (int, error) {
 		rep.rows = append(rep.rows, r)
 		fmt.Fprintf(os.Stderr, "step %d done in %s:\n%s\n", len(rep.rows), dur(r.took), r.summary())
 	}
-	rep.loadAfter = loadAvg()
+	rep.loadAfter = procfs.LoadAvg()
 	rep.finished = time.Now()
 	text := rep.markdown()
 	fmt.Print(text)
@@ -238,9 +239,12 @@ func (s *scale) setup(ctx context.Context, dir string, rep *report) error {
 	if v, err := cs.Discovery().ServerVersion(); err == nil {
 		rep.apiVersion = v.GitVersion
 	}
-	if s.apiPID, err = findAPIServer(s.env); err != nil {
+	cp := s.env.Env.ControlPlane
+	procs, err := procfs.Find(cp.APIServer.CertDir, cp.Etcd.DataDir)
+	if err != nil {
 		return err
 	}
+	s.apiPID = procs.APIServer
 	s.f = &fleet{cs: cs, c: c, locks: locks.New(mc, nil), nNS: s.cfg.namespaces, workers: s.cfg.workers, ttl: s.cfg.ttl}
 	t0 := time.Now()
 	if err := s.f.makeNamespaces(ctx); err != nil {
@@ -304,7 +308,7 @@ func (s *scale) until(ctx context.Context, d time.Duration, what string, cond fu
 // step grows the fleet to n held permits and measures.
 func (s *scale) step(ctx context.Context, n int) (row, error) {
 	start := time.Now()
-	r := row{held: n, namespaces: min(n, s.cfg.namespaces), load: loadAvg()}
+	r := row{held: n, namespaces: min(n, s.cfg.namespaces), load: procfs.LoadAvg()}
 	from := len(s.f.held)
 	if err := s.f.grow(ctx, n); err != nil {
 		return r, fmt.Errorf("creating pods and permits: %w", err)
@@ -337,7 +341,7 @@ func (s *scale) step(ctx context.Context, n int) (row, error) {
 	if mm, err = s.mgr.metrics(ctx); err != nil {
 		return r, err
 	}
-	r.mgrRSS, r.mgrHeap, r.apiRSS = rssOf(s.mgr.pid), mm.heapInUse, rssOf(s.apiPID)
+	r.mgrRSS, r.mgrHeap, r.apiRSS = procfs.RSS(strconv.Itoa(s.mgr.pid)), mm.heapInUse, procfs.RSS(strconv.Itoa(s.apiPID))
 	r.followed, r.watched, r.holderPodErrors = mm.followed, mm.watched, mm.holderPodErrors
 	raw, err := scrapeAPIServer(ctx, s.cs)
 	if err != nil {

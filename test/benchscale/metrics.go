@@ -2,15 +2,13 @@ package main
 
 import (
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/queen-locks/queen-locks/test/internal/promtext"
 )
 
-// The pure helpers: kube-apiserver's open watches from its metrics,
-// /proc's "Key: value kB" files, and percentiles.
+// The pure helpers: kube-apiserver's open watches from its metrics, and
+// percentiles.
 
 // longRunning is kube-apiserver's gauge of requests in progress that do
 // not end by themselves (watches, and exec, attach, proxy), by verb,
@@ -27,21 +25,6 @@ func watchesByResource(samples []promtext.Sample) map[string]float64 {
 		}
 	}
 	return out
-}
-
-// statusKB reads the value in kB of key ("VmRSS:", "MemAvailable:") from
-// the text of /proc/PID/status or /proc/meminfo; -1 when it is not there.
-func statusKB(text, key string) int64 {
-	for line := range strings.Lines(text) {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				return -1
-			}
-			return kb
-		}
-	}
-	return -1
 }
 
 // percentile is the p-th percentile of d by nearest rank (p of 100); it

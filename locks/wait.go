@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/permit"
 )
 
 // Waker tells a waiting acquire when a permit of its lock may have freed.
 type Waker interface {
-	// Wait queues a waiter for a semaphore of limit; false when no more
-	// may wait.
-	Wait(ns, lock string, limit int) (Waiter, bool)
+	// Wait queues a waiter of owner for a semaphore of limit; false when
+	// no more may wait. A write of a permit of owner wakes the waiter:
+	// its acquire then answers already.
+	Wait(ns, lock, owner string, limit int) (Waiter, bool)
 }
 
 // Waiter is one queued acquire.
@@ -23,6 +27,14 @@ type Waiter interface {
 	Tried(won bool)
 	// Done leaves the queue.
 	Done()
+}
+
+// Cached is a Waiter that can read its lock's permits as the watch that
+// wakes it has them.
+type Cached interface {
+	// Permits answers the lock's permits in that watch's cache; false
+	// when there is no cache to read.
+	Permits() ([]locksv1alpha1.QueenLock, bool)
 }
 
 // WaitUpTo lets an acquire wait up to d for a slot to free, woken by w.
@@ -40,11 +52,21 @@ const tryTimeout = 15 * time.Second
 // plain acquire would. The waiter is queued before the first try, so a
 // release between that try and the wait is not missed.
 //
+// When the waker's cache shows every slot held by another owner's live
+// permit, the first try is not sent: it could only lose, and a semaphore
+// with many waiters would spend most of its writes on such tries (each
+// arrival a create that fails and a list), slowing the handoffs they
+// compete with. Skipping is safe because the cache is read after the
+// waiter is queued, and the same watch that fills the cache wakes the
+// waiter: a slot that frees after the read wakes it, and a permit of its
+// own owner that the cache has not seen yet (a retry of an acquire that
+// won on another replica) wakes it too, to answer already.
+//
 // A caller that went away never acquires: each try runs to its end on its
 // own, and a permit won by a try the caller no longer waits for is
 // released at once.
 func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, error) {
-	w, ok := a.waker.Wait(a.ns, a.lock, a.limit)
+	w, ok := a.waker.Wait(a.ns, a.lock, a.owner, a.limit)
 	if !ok {
 		// No room to wait: one try, which a caller going away does not
 		// cut short, so that a permit it won is given back, not left
@@ -55,17 +77,23 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 	deadline := time.NewTimer(a.wait)
 	defer deadline.Stop()
 	last := false
+	skip := l.heldInCache(w, a)
 	for {
 		if err := ctx.Err(); err != nil {
 			return Acquired{}, err
 		}
-		got, err := l.try(ctx, a)
-		lost := err == nil && (got.Reason == ReasonHeld || got.Reason == ReasonContended)
-		if err == nil && (got.Acquired || lost) {
-			w.Tried(got.Acquired)
-		}
-		if last || !lost {
-			return got, err
+		if skip {
+			skip = false
+			w.Tried(false)
+		} else {
+			got, err := l.try(ctx, a)
+			lost := err == nil && (got.Reason == ReasonHeld || got.Reason == ReasonContended)
+			if err == nil && (got.Acquired || lost) {
+				w.Tried(got.Acquired)
+			}
+			if last || !lost {
+				return got, err
+			}
 		}
 		select {
 		case a.freed = <-w.C():
@@ -75,6 +103,38 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 			return Acquired{}, ctx.Err()
 		}
 	}
+}
+
+// heldInCache tells whether w's cache shows every slot that a could take
+// held by a live permit of another owner. Anything else (no cache, a
+// permit of a's owner, one that expired or is being deleted) answers
+// false, and the try is sent.
+func (l *Client) heldInCache(w Waiter, a *acquire) bool {
+	c, ok := w.(Cached)
+	if !ok {
+		return false
+	}
+	ps, ok := c.Permits()
+	if !ok {
+		return false
+	}
+	limit := max(a.limit, 1)
+	now := l.clock.Now()
+	held := 0
+	for i := range ps {
+		p := &ps[i]
+		switch {
+		case p.Spec.Lock != a.lock:
+		case p.Spec.Owner == a.owner:
+			return false // the try answers already
+		case int(p.Spec.Slot) >= limit:
+		case !p.DeletionTimestamp.IsZero() || permit.Expired(p, now):
+			return false
+		default:
+			held++
+		}
+	}
+	return held >= limit
 }
 
 // try is one acquire that the caller's going away does not cut short.

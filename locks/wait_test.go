@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit"
 )
 
 // goneDuringCreate is the real API server, with a caller that goes away
@@ -31,7 +35,7 @@ func (g *goneDuringCreate) Create(ctx context.Context, obj client.Object, opts .
 // noRoom is a Waker with no room for another waiter, as at the cap.
 type noRoom struct{}
 
-func (noRoom) Wait(string, string, int) (locks.Waiter, bool) { return nil, false }
+func (noRoom) Wait(string, string, string, int) (locks.Waiter, bool) { return nil, false }
 
 // At the waiter cap a waiting acquire tries once; when its caller goes away
 // during that try's create, what the create won is given back, not left
@@ -47,5 +51,121 @@ func TestAWaitingAcquireAtTheCapGivesBackWhatItsGoneCallerWon(t *testing.T) {
 	hs, err := locks.New(env.Client, nil).Get(context.Background(), ns, "capped")
 	if err != nil || len(hs) != 0 {
 		t.Fatalf("holders %+v %v: what the gone caller's create won is still held", hs, err)
+	}
+}
+
+// permitsOf is a hub's lister that reads the API server itself: a cache
+// that is never stale.
+func permitsOf(ns string) waiters.Lister {
+	return func(_, lock string) []locksv1alpha1.QueenLock {
+		var list locksv1alpha1.QueenLockList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
+			return nil
+		}
+		return list.Items
+	}
+}
+
+// When the waker's cache shows every slot held by others, a waiting
+// acquire sends no first try: only the try at the end of its wait.
+func TestAWaiterTheCacheShowsHeldSendsNoFirstTry(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	for _, owner := range []string{"a", "b"} {
+		if got, err := locks.New(env.Client, nil).Acquire(ctx, ns, "full", owner, 60, 2); err != nil || !got.Acquired {
+			t.Fatal(got, err)
+		}
+	}
+	c := &counting{Client: env.Client}
+	hub := waiters.NewHub(10, 0, permitsOf(ns))
+	got, err := locks.New(c, nil).Acquire(ctx, ns, "full", "c", 60, 2, locks.WaitUpTo(time.Second, hub))
+	if err != nil || got.Acquired || got.Reason != locks.ReasonHeld || len(got.Holders) != 2 {
+		t.Fatalf("answer %+v %v, want held by a and b", got, err)
+	}
+	calls(t, c, "create", "list")
+}
+
+// A waiter that skipped its first try is woken by the slot that frees, and
+// takes it.
+func TestAWaiterThatSkippedItsTryTakesTheSlotThatFrees(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	l := locks.New(env.Client, nil)
+	var held []locks.Acquired
+	for _, owner := range []string{"a", "b"} {
+		got, err := l.Acquire(ctx, ns, "frees", owner, 60, 2)
+		if err != nil || !got.Acquired {
+			t.Fatal(got, err)
+		}
+		held = append(held, got)
+	}
+	c := &counting{Client: env.Client}
+	hub := waiters.NewHub(10, 0, permitsOf(ns))
+	answer := make(chan locks.Acquired, 1)
+	go func() {
+		got, err := locks.New(c, nil).Acquire(ctx, ns, "frees", "c", 60, 2, locks.WaitUpTo(5*time.Minute, hub))
+		if err != nil {
+			t.Error(err)
+		}
+		answer <- got
+	}()
+	awaitAsleep(t, hub, 1)
+	calls(t, c) // asleep without a call
+	var p locksv1alpha1.QueenLock
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name("frees", held[1].Slot)}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Release(ctx, ns, "frees", held[1].Slot, held[1].Token, "b"); err != nil {
+		t.Fatal(err)
+	}
+	hub.Gone(&p)
+	got := <-answer
+	if !got.Acquired || got.Slot != held[1].Slot {
+		t.Fatalf("answer %+v, want slot %d", got, held[1].Slot)
+	}
+	calls(t, c, "create", "list")
+}
+
+// A retry of an acquire that won where the waker's cache has not seen it
+// yet (on another replica, a moment ago) sleeps on the stale cache, and the
+// write of its own permit reaching the cache wakes it to answer already,
+// long before its wait is over.
+func TestARetryTheCacheHasNotSeenAnswersAlreadyWhenItArrives(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := namespace(t)
+	won, err := locks.New(env.Client, nil).Acquire(ctx, ns, "retry", "b", 60, 1)
+	if err != nil || !won.Acquired {
+		t.Fatal(won, err)
+	}
+	var mine locksv1alpha1.QueenLock
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name("retry", 0)}, &mine); err != nil {
+		t.Fatal(err)
+	}
+	stale := *mine.DeepCopy()
+	stale.Spec.Owner = "a" // the holder before b, as the cache still has it
+	hub := waiters.NewHub(10, 0, func(string, string) []locksv1alpha1.QueenLock { return []locksv1alpha1.QueenLock{stale} })
+	answer := make(chan locks.Acquired, 1)
+	go func() {
+		got, err := locks.New(env.Client, nil).Acquire(ctx, ns, "retry", "b", 60, 1, locks.WaitUpTo(5*time.Minute, hub))
+		if err != nil {
+			t.Error(err)
+		}
+		answer <- got
+	}()
+	awaitAsleep(t, hub, 1)
+	hub.Seen(&mine)
+	got := <-answer
+	if !got.Acquired || !got.Already || got.Token != won.Token {
+		t.Fatalf("answer %+v, want already, token %d", got, won.Token)
+	}
+}
+
+func awaitAsleep(t *testing.T, hub *waiters.Hub, n int) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return hub.Asleep() == n, nil
+	}); err != nil {
+		t.Fatalf("%d waiters asleep, want %d", hub.Asleep(), n)
 	}
 }

@@ -10,7 +10,9 @@
 // wake on only to a waiter whose limit reaches further than its own, which
 // may find a slot it could not. A slot that frees while every waiter is
 // already trying is not forgotten: the first try to end tries again.
-// Across replicas there is no order: each wakes its own waiters.
+// A permit written for a waiter's own owner wakes that waiter, whose try
+// then answers already. Across replicas there is no order: each wakes its
+// own waiters.
 package waiters
 
 import (
@@ -59,6 +61,7 @@ func NewHub(max int, grace time.Duration, lister Lister) *Hub {
 type Waiter struct {
 	h     *Hub
 	k     key
+	owner string
 	limit int
 	c     chan int // the slot that freed, or -1 when it is not known
 	hot   bool     // woken, and has not yet said how its try went
@@ -69,10 +72,10 @@ type Waiter struct {
 // known (-1 otherwise): try to acquire, then call Tried.
 func (w *Waiter) C() <-chan int { return w.c }
 
-// Wait queues a waiter for lock in ns, a semaphore of limit. It answers
-// false when the replica already has as many waiting calls as it allows:
-// the caller then answers at once, as without a wait.
-func (h *Hub) Wait(ns, lock string, limit int) (locks.Waiter, bool) {
+// Wait queues a waiter of owner for lock in ns, a semaphore of limit. It
+// answers false when the replica already has as many waiting calls as it
+// allows: the caller then answers at once, as without a wait.
+func (h *Hub) Wait(ns, lock, owner string, limit int) (locks.Waiter, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.waiting >= h.max {
@@ -86,7 +89,7 @@ func (h *Hub) Wait(ns, lock string, limit int) (locks.Waiter, bool) {
 		q = &queue{timers: map[string]*time.Timer{}}
 		h.locks[k] = q
 	}
-	w := &Waiter{h: h, k: k, limit: limit, c: make(chan int, 1)}
+	w := &Waiter{h: h, k: k, owner: owner, limit: limit, c: make(chan int, 1)}
 	q.waiters = append(q.waiters, w)
 	if fresh && h.lister != nil {
 		// The lister reads a cache, never the API server, so it is cheap
@@ -97,6 +100,17 @@ func (h *Hub) Wait(ns, lock string, limit int) (locks.Waiter, bool) {
 		}
 	}
 	return w, true
+}
+
+// Permits answers the lock's permits as the hub's lister has them; false
+// when the hub has no lister. Read after Wait, it misses no change: every
+// change the lister has not seen yet is still to come to Seen or Gone,
+// which wake the waiter.
+func (w *Waiter) Permits() ([]locksv1alpha1.QueenLock, bool) {
+	if w.h.lister == nil {
+		return nil, false
+	}
+	return w.h.lister(w.k.ns, w.k.lock), true
 }
 
 // Tried tells the hub how a try went: won, or lost to a holder. A try
@@ -227,6 +241,13 @@ func (h *Hub) Seen(p *locksv1alpha1.QueenLock) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.armLocked(p)
+	if q := h.locks[key{p.Namespace, p.Spec.Lock}]; q != nil {
+		for _, w := range q.waiters {
+			if w.owner != "" && w.owner == p.Spec.Owner && !w.hot {
+				w.signal(-1)
+			}
+		}
+	}
 }
 
 func (h *Hub) armLocked(p *locksv1alpha1.QueenLock) {

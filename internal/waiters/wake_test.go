@@ -28,9 +28,9 @@ func permitOf(lock string, expires time.Time) *locksv1alpha1.QueenLock {
 
 func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
 	h := NewHub(10, 0, nil)
-	first, _ := h.Wait("ns", "l", 1)
-	second, _ := h.Wait("ns", "l", 1)
-	other, _ := h.Wait("ns", "other", 1)
+	first, _ := h.Wait("ns", "l", "", 1)
+	second, _ := h.Wait("ns", "l", "", 1)
+	other, _ := h.Wait("ns", "other", "", 1)
 	h.Gone(permitOf("l", time.Now()))
 	if !signalled(first) || signalled(second) || signalled(other) {
 		t.Fatal("want the first waiter of the lock woken, and no other")
@@ -52,7 +52,7 @@ func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
 	}
 	// A woken waiter that leaves without saying how its try went (it
 	// failed, or the caller left) passes its wake on.
-	third, _ := h.Wait("ns", "l", 1)
+	third, _ := h.Wait("ns", "l", "", 1)
 	h.Gone(permitOf("l", time.Now()))
 	if !signalled(second) {
 		t.Fatal("second not woken")
@@ -70,7 +70,7 @@ func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
 
 func TestASlotFreedWhileEveryWaiterTriesIsNotLost(t *testing.T) {
 	h := NewHub(10, 0, nil)
-	w, _ := h.Wait("ns", "l", 1)
+	w, _ := h.Wait("ns", "l", "", 1)
 	h.Gone(permitOf("l", time.Now()))
 	if !signalled(w) {
 		t.Fatal("not woken")
@@ -90,9 +90,9 @@ func TestASlotFreedWhileEveryWaiterTriesIsNotLost(t *testing.T) {
 
 func TestALostTryWakesOnlyAWiderWaiter(t *testing.T) {
 	h := NewHub(10, 0, nil)
-	narrow, _ := h.Wait("ns", "s", 2)
-	same, _ := h.Wait("ns", "s", 2)
-	wide, _ := h.Wait("ns", "s", 4)
+	narrow, _ := h.Wait("ns", "s", "", 2)
+	same, _ := h.Wait("ns", "s", "", 2)
+	wide, _ := h.Wait("ns", "s", "", 4)
 	h.Gone(permitOf("s", time.Now()))
 	if !signalled(narrow) {
 		t.Fatal("the longest waiter not woken")
@@ -107,7 +107,7 @@ func TestALostTryWakesOnlyAWiderWaiter(t *testing.T) {
 		t.Fatal("a lost try of the widest waiter woke somebody")
 	}
 	// A lost first try, not woken by anything, wakes nobody.
-	late, _ := h.Wait("ns", "s", 1)
+	late, _ := h.Wait("ns", "s", "", 1)
 	late.Tried(false)
 	if signalled(wide) || signalled(same) {
 		t.Fatal("a first try woke somebody")
@@ -119,11 +119,11 @@ func TestALostTryWakesOnlyAWiderWaiter(t *testing.T) {
 
 func TestCapAndExpiryTimer(t *testing.T) {
 	h := NewHub(1, 10*time.Millisecond, nil)
-	w, ok := h.Wait("ns", "l", 1)
+	w, ok := h.Wait("ns", "l", "", 1)
 	if !ok {
 		t.Fatal("refused under the cap")
 	}
-	if _, ok := h.Wait("ns", "l", 1); ok {
+	if _, ok := h.Wait("ns", "l", "", 1); ok {
 		t.Fatal("admitted past the cap")
 	}
 	h.Seen(permitOf("l", time.Now().Add(20*time.Millisecond)))
@@ -137,7 +137,7 @@ func TestCapAndExpiryTimer(t *testing.T) {
 
 func TestAWakeNamesTheSlotThatFreed(t *testing.T) {
 	h := NewHub(10, 0, nil)
-	w, _ := h.Wait("ns", "s", 4)
+	w, _ := h.Wait("ns", "s", "", 4)
 	p := permitOf("s", time.Now())
 	p.Spec.Slot = 2
 	h.Gone(p)
@@ -164,8 +164,8 @@ func slotOf(lock string, slot int) *locksv1alpha1.QueenLock {
 // slot freed), the wake is kept for when its try ends.
 func TestAWakeForAWiderWaiterThatIsTryingIsKept(t *testing.T) {
 	h := NewHub(10, 0, nil)
-	n, _ := h.Wait("ns", "s", 1)
-	w, _ := h.Wait("ns", "s", 3)
+	n, _ := h.Wait("ns", "s", "", 1)
+	w, _ := h.Wait("ns", "s", "", 3)
 	n.Tried(false)
 	w.Tried(false)
 	h.Gone(slotOf("s", 1))
@@ -191,8 +191,8 @@ func TestAWakeForAWiderWaiterThatIsTryingIsKept(t *testing.T) {
 // once the wider one's try ends.
 func TestAMissedWakeReachesTheWiderWaiter(t *testing.T) {
 	h := NewHub(10, 0, nil)
-	n, _ := h.Wait("ns", "s", 1)
-	w, _ := h.Wait("ns", "s", 3)
+	n, _ := h.Wait("ns", "s", "", 1)
+	w, _ := h.Wait("ns", "s", "", 3)
 	n.Tried(false)
 	w.Tried(false)
 	h.Gone(slotOf("s", 0))
@@ -226,4 +226,47 @@ func awakeUntilTheWideOneTries(t *testing.T, n, w locks.Waiter) {
 		}
 	}
 	t.Fatal("the wakes went round without reaching the wide waiter")
+}
+
+// A permit written for a waiter's own owner wakes that waiter, before any
+// that waited longer: it holds a slot the cache it skipped its try on had
+// not seen yet (a retry of an acquire won on another replica), and its try
+// answers already.
+func TestAPermitOfTheWaitersOwnerWakesIt(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	longer, _ := h.Wait("ns", "l", "a", 1)
+	mine, _ := h.Wait("ns", "l", "b", 1)
+	p := permitOf("l", time.Now().Add(time.Minute))
+	p.Spec.Owner = "b"
+	h.Seen(p)
+	if !signalled(mine) || signalled(longer) {
+		t.Fatal("want the waiter of owner b woken, and no other")
+	}
+	// Another owner's permit wakes nobody before its expiry.
+	p.Spec.Owner = "c"
+	h.Seen(p)
+	if signalled(mine) || signalled(longer) {
+		t.Fatal("a permit of another owner woke a waiter")
+	}
+	longer.Done()
+	mine.Done()
+}
+
+// Permits reads the hub's lister; a hub without one says so.
+func TestPermitsReadTheLister(t *testing.T) {
+	none, _ := NewHub(10, 0, nil).Wait("ns", "l", "a", 1)
+	if _, ok := none.(locks.Cached).Permits(); ok {
+		t.Fatal("a hub without a lister answered permits")
+	}
+	var asked []string
+	h := NewHub(10, 0, func(ns, lock string) []locksv1alpha1.QueenLock {
+		asked = append(asked, ns+"/"+lock)
+		return []locksv1alpha1.QueenLock{*permitOf(lock, time.Now().Add(time.Minute))}
+	})
+	w, _ := h.Wait("ns", "l", "a", 1)
+	ps, ok := w.(locks.Cached).Permits()
+	if !ok || len(ps) != 1 || ps[0].Spec.Lock != "l" || asked[len(asked)-1] != "ns/l" {
+		t.Fatalf("permits %+v %v, lister asked %v", ps, ok, asked)
+	}
+	w.Done()
 }

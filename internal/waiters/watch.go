@@ -21,9 +21,9 @@ type Watcher struct {
 }
 
 // Wait starts a watch of the lock's permits; it never refuses.
-func (w Watcher) Wait(ns, lock string, limit int) (locks.Waiter, bool) {
+func (w Watcher) Wait(ns, lock, owner string, limit int) (locks.Waiter, bool) {
 	h := NewHub(1, w.Grace, nil)
-	waiter, _ := h.Wait(ns, lock, limit)
+	waiter, _ := h.Wait(ns, lock, owner, limit)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		for ctx.Err() == nil {

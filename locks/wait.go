@@ -22,9 +22,9 @@ type Waiter interface {
 	// C is signalled when a slot may have freed, with that slot when it
 	// is known and -1 otherwise.
 	C() <-chan int
-	// Tried says how a try went: won, or lost to a holder. A try that
-	// failed otherwise is not reported.
-	Tried(won bool)
+	// Tried says how a try went: won, with the slot it took, or lost to
+	// a holder (slot -1). A try that failed otherwise is not reported.
+	Tried(won bool, slot int)
 	// Done leaves the queue.
 	Done()
 }
@@ -35,6 +35,9 @@ type Cached interface {
 	// Permits answers the lock's permits in that watch's cache; false
 	// when there is no cache to read.
 	Permits() ([]locksv1alpha1.QueenLock, bool)
+	// Sleep puts the waiter to sleep without a try, as after a lost one;
+	// false when it must try all the same (it was woken meanwhile).
+	Sleep() bool
 }
 
 // WaitUpTo lets an acquire wait up to d for a slot to free, woken by w.
@@ -77,19 +80,25 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 	deadline := time.NewTimer(a.wait)
 	defer deadline.Stop()
 	last := false
-	skip := l.heldInCache(w, a)
+	skip := false
+	if c, ok := w.(Cached); ok {
+		skip = l.heldInCache(c, a) && c.Sleep()
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return Acquired{}, err
 		}
 		if skip {
 			skip = false
-			w.Tried(false)
 		} else {
 			got, err := l.try(ctx, a)
 			lost := err == nil && (got.Reason == ReasonHeld || got.Reason == ReasonContended)
 			if err == nil && (got.Acquired || lost) {
-				w.Tried(got.Acquired)
+				slot := -1
+				if got.Acquired {
+					slot = got.Slot
+				}
+				w.Tried(got.Acquired, slot)
 			}
 			if last || !lost {
 				return got, err
@@ -105,15 +114,11 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 	}
 }
 
-// heldInCache tells whether w's cache shows every slot that a could take
+// heldInCache tells whether c shows every slot that a could take
 // held by a live permit of another owner. Anything else (no cache, a
 // permit of a's owner, one that expired or is being deleted) answers
 // false, and the try is sent.
-func (l *Client) heldInCache(w Waiter, a *acquire) bool {
-	c, ok := w.(Cached)
-	if !ok {
-		return false
-	}
+func (l *Client) heldInCache(c Cached, a *acquire) bool {
 	ps, ok := c.Permits()
 	if !ok {
 		return false
@@ -125,7 +130,7 @@ func (l *Client) heldInCache(w Waiter, a *acquire) bool {
 		p := &ps[i]
 		switch {
 		case p.Spec.Lock != a.lock:
-		case p.Spec.Owner == a.owner:
+		case p.Spec.Owner == a.owner && (a.limit > 1 || p.Spec.Slot == 0):
 			return false // the try answers already
 		case int(p.Spec.Slot) >= limit:
 		case !p.DeletionTimestamp.IsZero() || permit.Expired(p, now):

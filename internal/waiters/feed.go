@@ -31,6 +31,7 @@ func ForManager(mgr manager.Manager, grace time.Duration, max int) (*Hub, error)
 		}
 		return list.Items
 	})
+	h.ready.Store(false) // until the feed is registered and synced
 	if err := mgr.Add(feed{h: h, c: c}); err != nil {
 		return nil, fmt.Errorf("adding the wake-up feed: %w", err)
 	}
@@ -72,6 +73,12 @@ func (f feed) Start(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("watching permits for waiters: %w", err)
+	}
+	// Waiters may sleep on the cache only once every permit in it has
+	// been reported to the hub: before, a permit deleted from the cache
+	// would wake nobody.
+	if toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		f.h.ready.Store(true)
 	}
 	<-ctx.Done()
 	_ = inf.RemoveEventHandler(reg)

@@ -9,14 +9,16 @@
 // try would only cost the API server a write that must fail. It passes the
 // wake on only to a waiter whose limit reaches further than its own, which
 // may find a slot it could not. A slot that frees while every waiter is
-// already trying is not forgotten: the first try to end tries again.
-// A permit written for a waiter's own owner wakes that waiter, whose try
-// then answers already. Across replicas there is no order: each wakes its
-// own waiters.
+// already trying is not forgotten: the first try to end tries again; and
+// a wake that reaches a waiter whose try then wins is passed on, since
+// that try may have taken another slot. A permit written for a waiter's
+// own owner wakes that waiter, whose try then answers already. Across
+// replicas there is no order: each wakes its own waiters.
 package waiters
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
@@ -33,6 +35,11 @@ type Hub struct {
 	max    int
 	grace  time.Duration
 	lister Lister
+
+	// ready is false while the feed that fills the lister's cache is not
+	// yet registered for its events: a waiter must not sleep on that
+	// cache then, since a change made meanwhile would wake nobody.
+	ready atomic.Bool
 
 	mu      sync.Mutex
 	waiting int
@@ -54,7 +61,9 @@ type queue struct {
 // NewHub makes a hub that lets at most max calls wait at once. lister may
 // be nil: then only events after a waiter arrived arm expiry timers.
 func NewHub(max int, grace time.Duration, lister Lister) *Hub {
-	return &Hub{max: max, grace: grace, lister: lister, locks: map[key]*queue{}}
+	h := &Hub{max: max, grace: grace, lister: lister, locks: map[key]*queue{}}
+	h.ready.Store(true)
+	return h
 }
 
 // Waiter is one waiting acquire.
@@ -66,6 +75,10 @@ type Waiter struct {
 	c     chan int // the slot that freed, or -1 when it is not known
 	hot   bool     // woken, and has not yet said how its try went
 	lost  bool     // has lost a try: it sleeps until woken
+	// mine is set when a permit of the waiter's owner was written while
+	// it was awake: its try may have read the lock before, so a lost try
+	// tries again.
+	mine bool
 }
 
 // C is signalled when a slot may have freed, with that slot when it is
@@ -107,16 +120,38 @@ func (h *Hub) Wait(ns, lock, owner string, limit int) (locks.Waiter, bool) {
 // change the lister has not seen yet is still to come to Seen or Gone,
 // which wake the waiter.
 func (w *Waiter) Permits() ([]locksv1alpha1.QueenLock, bool) {
-	if w.h.lister == nil {
+	if w.h.lister == nil || !w.h.ready.Load() {
 		return nil, false
 	}
 	return w.h.lister(w.k.ns, w.k.lock), true
 }
 
-// Tried tells the hub how a try went: won, or lost to a holder. A try
-// that failed for another reason is not reported; the waiter's Done then
-// passes its wake on.
-func (w *Waiter) Tried(won bool) {
+// Sleep puts the waiter to sleep without a try, as if it had lost one,
+// when its cache showed every slot held. It answers false, and the waiter
+// must try after all, when a wake came since it was queued.
+func (w *Waiter) Sleep() bool {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.locks[w.k]
+	if q == nil || w.hot || w.mine {
+		return false
+	}
+	w.lost = true
+	if q.missed > 0 {
+		// A slot freed while the waiters were all trying, before this
+		// one was queued: as after a lost try, the longest waiting tries
+		// again (this one, if it is the first in line).
+		q.missed--
+		h.wakeLocked(w.k, -1)
+	}
+	return true
+}
+
+// Tried tells the hub how a try went: won, with the slot it took, or lost
+// to a holder. A try that failed for another reason is not reported; the
+// waiter's Done then passes its wake on.
+func (w *Waiter) Tried(won bool, took int) {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -125,6 +160,28 @@ func (w *Waiter) Tried(won bool) {
 	w.hot, w.lost = false, !won
 	if q == nil {
 		return
+	}
+	if won {
+		select {
+		case slot := <-w.c:
+			if slot != took {
+				// A wake came during this try, which took another slot
+				// (or one the wake did not name): pass it on, so that a
+				// slot freed meanwhile does not stay free while others
+				// sleep. At worst the next try loses. The winner is kept
+				// out of the choice.
+				w.hot = true
+				h.wakeLocked(w.k, slot)
+				w.hot = false
+			}
+		default:
+		}
+	}
+	if w.mine {
+		w.mine = false
+		if !won {
+			w.signal(-1) // try again: it will answer already
+		}
 	}
 	if q.missed > 0 {
 		// A slot freed while this try (and every other) was in flight.
@@ -208,6 +265,12 @@ func (h *Hub) wakeWiderLocked(k key, limit int) {
 	}
 }
 
+// holds tells whether p is a permit of the waiter's owner that its try
+// would answer already: any slot of a semaphore, slot 0 of a lock.
+func (w *Waiter) holds(p *locksv1alpha1.QueenLock) bool {
+	return w.owner != "" && p.Spec.Owner == w.owner && (w.limit > 1 || p.Spec.Slot == 0)
+}
+
 func (w *Waiter) signal(slot int) {
 	w.hot = true
 	select {
@@ -243,7 +306,12 @@ func (h *Hub) Seen(p *locksv1alpha1.QueenLock) {
 	h.armLocked(p)
 	if q := h.locks[key{p.Namespace, p.Spec.Lock}]; q != nil {
 		for _, w := range q.waiters {
-			if w.owner != "" && w.owner == p.Spec.Owner && !w.hot {
+			if !w.holds(p) {
+				continue
+			}
+			if w.hot {
+				w.mine = true
+			} else {
 				w.signal(-1)
 			}
 		}

@@ -36,7 +36,7 @@ func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
 		t.Fatal("want the first waiter of the lock woken, and no other")
 	}
 	// It lost to somebody else: the slot is taken, nobody else is woken.
-	first.Tried(false)
+	first.Tried(false, -1)
 	if signalled(second) || signalled(first) {
 		t.Fatal("a lost try passed the wake on")
 	}
@@ -45,7 +45,7 @@ func TestOneFreeSlotWakesTheLongestWaiterOnly(t *testing.T) {
 	if !signalled(first) || signalled(second) {
 		t.Fatal("want the first waiter woken again")
 	}
-	first.Tried(true)
+	first.Tried(true, 0)
 	first.Done()
 	if signalled(second) {
 		t.Fatal("a win woke another waiter")
@@ -77,11 +77,11 @@ func TestASlotFreedWhileEveryWaiterTriesIsNotLost(t *testing.T) {
 	}
 	// While its try is in flight, another permit goes: nobody is idle.
 	h.Gone(permitOf("l", time.Now()))
-	w.Tried(false)
+	w.Tried(false, -1)
 	if !signalled(w) {
 		t.Fatal("the wake that came during the try was lost")
 	}
-	w.Tried(false)
+	w.Tried(false, -1)
 	if signalled(w) {
 		t.Fatal("one missed wake woke twice")
 	}
@@ -98,17 +98,17 @@ func TestALostTryWakesOnlyAWiderWaiter(t *testing.T) {
 		t.Fatal("the longest waiter not woken")
 	}
 	// Slots 0 and 1 are held; the freed slot may be beyond its limit.
-	narrow.Tried(false)
+	narrow.Tried(false, -1)
 	if signalled(same) || !signalled(wide) {
 		t.Fatal("want the wake passed to the waiter of a larger limit only")
 	}
-	wide.Tried(false)
+	wide.Tried(false, -1)
 	if signalled(same) || signalled(narrow) {
 		t.Fatal("a lost try of the widest waiter woke somebody")
 	}
 	// A lost first try, not woken by anything, wakes nobody.
 	late, _ := h.Wait("ns", "s", "", 1)
-	late.Tried(false)
+	late.Tried(false, -1)
 	if signalled(wide) || signalled(same) {
 		t.Fatal("a first try woke somebody")
 	}
@@ -166,13 +166,13 @@ func TestAWakeForAWiderWaiterThatIsTryingIsKept(t *testing.T) {
 	h := NewHub(10, 0, nil)
 	n, _ := h.Wait("ns", "s", "", 1)
 	w, _ := h.Wait("ns", "s", "", 3)
-	n.Tried(false)
-	w.Tried(false)
+	n.Tried(false, -1)
+	w.Tried(false, -1)
 	h.Gone(slotOf("s", 1))
 	if !signalled(n) {
 		t.Fatal("n not woken")
 	}
-	n.Tried(false)
+	n.Tried(false, -1)
 	if !signalled(w) {
 		t.Fatal("w not woken")
 	}
@@ -181,8 +181,8 @@ func TestAWakeForAWiderWaiterThatIsTryingIsKept(t *testing.T) {
 	if !signalled(n) {
 		t.Fatal("n not woken by slot 2")
 	}
-	n.Tried(false) // slot 0 is held; w is trying
-	w.Tried(false) // its read was from before slot 2 freed
+	n.Tried(false, -1) // slot 0 is held; w is trying
+	w.Tried(false, -1) // its read was from before slot 2 freed
 	awakeUntilTheWideOneTries(t, n, w)
 }
 
@@ -193,20 +193,20 @@ func TestAMissedWakeReachesTheWiderWaiter(t *testing.T) {
 	h := NewHub(10, 0, nil)
 	n, _ := h.Wait("ns", "s", "", 1)
 	w, _ := h.Wait("ns", "s", "", 3)
-	n.Tried(false)
-	w.Tried(false)
+	n.Tried(false, -1)
+	w.Tried(false, -1)
 	h.Gone(slotOf("s", 0))
 	h.Gone(slotOf("s", 1))
 	if !signalled(n) || !signalled(w) {
 		t.Fatal("not both woken")
 	}
 	h.Gone(slotOf("s", 2)) // every waiter is trying: missed
-	n.Tried(false)
+	n.Tried(false, -1)
 	if !signalled(n) {
 		t.Fatal("n not woken again")
 	}
-	n.Tried(false) // slot 0 is held; w is trying
-	w.Tried(false) // its read was from before slot 2 freed
+	n.Tried(false, -1) // slot 0 is held; w is trying
+	w.Tried(false, -1) // its read was from before slot 2 freed
 	awakeUntilTheWideOneTries(t, n, w)
 }
 
@@ -220,7 +220,7 @@ func awakeUntilTheWideOneTries(t *testing.T, n, w locks.Waiter) {
 		case signalled(w):
 			return
 		case signalled(n):
-			n.Tried(false)
+			n.Tried(false, -1)
 		default:
 			t.Fatal("lost wake-up: slot 2 is free and nobody who can take it was woken")
 		}
@@ -267,6 +267,100 @@ func TestPermitsReadTheLister(t *testing.T) {
 	ps, ok := w.(locks.Cached).Permits()
 	if !ok || len(ps) != 1 || ps[0].Spec.Lock != "l" || asked[len(asked)-1] != "ns/l" {
 		t.Fatalf("permits %+v %v, lister asked %v", ps, ok, asked)
+	}
+	w.Done()
+}
+
+// A waiter woken between its queueing and its skipped first try tries
+// after all, its wake kept; one that was not sleeps as after a lost try.
+func TestSleepRefusesAWokenWaiter(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	w, _ := h.Wait("ns", "l", "a", 1)
+	h.Gone(permitOf("l", time.Now()))
+	if w.(locks.Cached).Sleep() {
+		t.Fatal("a woken waiter went to sleep")
+	}
+	if !signalled(w) {
+		t.Fatal("the wake was lost")
+	}
+	w.Tried(false, -1)
+	other, _ := h.Wait("ns", "l", "b", 1)
+	if !other.(locks.Cached).Sleep() || h.Asleep() != 2 {
+		t.Fatalf("a waiter nobody woke did not sleep: %d asleep", h.Asleep())
+	}
+	w.Done()
+	other.Done()
+}
+
+// A wake that comes during a try that then wins is passed on: the try
+// may have taken another slot, and the freed one must not stay free while
+// others sleep.
+func TestAWakeDuringAWinningTryIsPassedOn(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	trying, _ := h.Wait("ns", "s", "a", 4)
+	asleep, _ := h.Wait("ns", "s", "b", 4)
+	asleep.(locks.Cached).Sleep()
+	h.Gone(permitOf("s", time.Now())) // goes to trying, first in line and not yet woken
+	if signalled(asleep) {
+		t.Fatal("the wake went past the first in line")
+	}
+	trying.Tried(true, 1) // it took slot 1; slot 0 freed meanwhile
+	if !signalled(asleep) {
+		t.Fatal("the wake that came during the winning try was not passed on")
+	}
+	trying.Done()
+	asleep.Tried(false, -1)
+	// A wake for the very slot the try took is used up.
+	again, _ := h.Wait("ns", "s", "c", 4)
+	h.Gone(permitOf("s", time.Now())) // slot 0, to asleep, first in line now, during a try of its own
+	asleep.Tried(true, 0)
+	if signalled(again) {
+		t.Fatal("a wake for the slot the try took was passed on")
+	}
+	asleep.Done()
+	again.Done()
+}
+
+// A permit of the waiter's owner written while it tries sends it, once
+// that try is lost, to try again; and a lock's waiter is not woken by its owner's permit on a
+// slot a lock never reads.
+func TestAPermitOfTheOwnerDuringATryIsNotLost(t *testing.T) {
+	h := NewHub(10, 0, nil)
+	w, _ := h.Wait("ns", "l", "a", 1)
+	h.Gone(permitOf("l", time.Now()))
+	if !signalled(w) {
+		t.Fatal("not woken")
+	}
+	p := permitOf("l", time.Now().Add(time.Minute))
+	p.Spec.Owner = "a"
+	h.Seen(p) // while its try is in flight
+	w.Tried(false, -1)
+	if !signalled(w) {
+		t.Fatal("a lost try after its owner's permit was written does not try again")
+	}
+	w.Tried(false, -1)
+	high := permitOf("l", time.Now().Add(time.Minute))
+	high.Name, high.Spec.Owner, high.Spec.Slot = "l.3", "a", 3
+	h.Seen(high)
+	if signalled(w) {
+		t.Fatal("a lock's waiter was woken by its owner's permit on slot 3")
+	}
+	w.Done()
+}
+
+// Until its feed has reported every cached permit, a hub answers no
+// permits, so that no waiter sleeps on a cache whose changes it would
+// not hear of.
+func TestPermitsWaitForTheFeed(t *testing.T) {
+	h := NewHub(10, 0, func(string, string) []locksv1alpha1.QueenLock { return nil })
+	h.ready.Store(false)
+	w, _ := h.Wait("ns", "l", "a", 1)
+	if _, ok := w.(locks.Cached).Permits(); ok {
+		t.Fatal("permits answered before the feed was ready")
+	}
+	h.ready.Store(true)
+	if _, ok := w.(locks.Cached).Permits(); !ok {
+		t.Fatal("no permits once the feed was ready")
 	}
 	w.Done()
 }

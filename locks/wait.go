@@ -130,8 +130,8 @@ func (l *Client) heldInCache(c Cached, a *acquire) bool {
 		p := &ps[i]
 		switch {
 		case p.Spec.Lock != a.lock:
-		case p.Spec.Owner == a.owner && (a.limit > 1 || p.Spec.Slot == 0):
-			return false // the try answers already
+		case AnswersAlready(p, a.owner, a.limit):
+			return false
 		case int(p.Spec.Slot) >= limit:
 		case !p.DeletionTimestamp.IsZero() || permit.Expired(p, now):
 			return false
@@ -140,6 +140,14 @@ func (l *Client) heldInCache(c Cached, a *acquire) bool {
 		}
 	}
 	return held >= limit
+}
+
+// AnswersAlready tells whether an acquire of a semaphore of limit for
+// owner answers already because of permit p: p is owner's, on any slot of
+// a semaphore or on slot 0 of a lock (a lock's acquire reads that slot
+// alone). No permit is an empty owner's.
+func AnswersAlready(p *locksv1alpha1.QueenLock, owner string, limit int) bool {
+	return owner != "" && p.Spec.Owner == owner && (limit > 1 || p.Spec.Slot == 0)
 }
 
 // try is one acquire that the caller's going away does not cut short.

@@ -265,12 +265,6 @@ func (h *Hub) wakeWiderLocked(k key, limit int) {
 	}
 }
 
-// holds tells whether p is a permit of the waiter's owner that its try
-// would answer already: any slot of a semaphore, slot 0 of a lock.
-func (w *Waiter) holds(p *locksv1alpha1.QueenLock) bool {
-	return w.owner != "" && p.Spec.Owner == w.owner && (w.limit > 1 || p.Spec.Slot == 0)
-}
-
 func (w *Waiter) signal(slot int) {
 	w.hot = true
 	select {
@@ -306,7 +300,7 @@ func (h *Hub) Seen(p *locksv1alpha1.QueenLock) {
 	h.armLocked(p)
 	if q := h.locks[key{p.Namespace, p.Spec.Lock}]; q != nil {
 		for _, w := range q.waiters {
-			if !w.holds(p) {
+			if !locks.AnswersAlready(p, w.owner, w.limit) {
 				continue
 			}
 			if w.hot {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/queen-locks/queen-locks/test/internal/procfs"
 )
 
 // proc is a process the harness can kill and start again with the same
@@ -30,38 +32,38 @@ type proc struct {
 
 // findChild finds this process's child running the binary named name.
 func findChild(name string) (*proc, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
+	var found *proc
+	var readErr error
+	err := procfs.Each("stat", func(pid int, stat []byte) bool {
 		// "pid (comm) state ppid ...": comm may hold spaces, so split after
 		// its closing parenthesis.
 		s := string(stat)
 		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 		if open < 0 || closing < open {
-			continue
+			return true
 		}
 		fields := strings.Fields(s[closing+1:])
 		if len(fields) < 2 || s[open+1:closing] != name || fields[1] != strconv.Itoa(os.Getpid()) {
-			continue
+			return true
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		if err != nil {
-			return nil, err
+			readErr = err
+			return false
 		}
 		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		return &proc{name: name, args: args, pid: pid}, nil
+		found = &proc{name: name, args: args, pid: pid}
+		return false
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case readErr != nil:
+		return nil, readErr
+	case found == nil:
+		return nil, fmt.Errorf("no child process %q found", name)
 	}
-	return nil, fmt.Errorf("no child process %q found", name)
+	return found, nil
 }
 
 // start runs the command line again.

@@ -21,19 +21,7 @@ type Procs struct {
 // and only these two have these directories on their command lines.
 func Find(certDir, dataDir string) (Procs, error) {
 	var p Procs
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return p, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
+	err := Each("cmdline", func(pid int, raw []byte) bool {
 		args := strings.Split(string(raw), "\x00")
 		switch {
 		case len(args) == 0:
@@ -42,11 +30,39 @@ func Find(certDir, dataDir string) (Procs, error) {
 		case filepath.Base(args[0]) == "etcd" && hasArg(args, "--data-dir", dataDir):
 			p.Etcd = pid
 		}
+		return true
+	})
+	if err != nil {
+		return p, err
 	}
 	if p.APIServer == 0 || p.Etcd == 0 {
 		return p, fmt.Errorf("could not find this run's kube-apiserver (%d) and etcd (%d) processes", p.APIServer, p.Etcd)
 	}
 	return p, nil
+}
+
+// Each calls fn with the contents of /proc/<pid>/<file> of each process
+// whose file it can read (processes come and go while it walks), until fn
+// answers false.
+func Each(file string, fn func(pid int, raw []byte) bool) error {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), file))
+		if err != nil {
+			continue
+		}
+		if !fn(pid, raw) {
+			break
+		}
+	}
+	return nil
 }
 
 // hasArg tells whether args hold flag=value or flag value.

@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -39,5 +40,27 @@ func TestOwnFigures(t *testing.T) {
 	}
 	if LoadAvg() == "unknown" {
 		t.Error("no load average")
+	}
+}
+
+// Each walks every readable process, this one among them, and stops when
+// asked to.
+func TestEach(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc here")
+	}
+	self, seen := false, 0
+	if err := Each("cmdline", func(pid int, raw []byte) bool {
+		seen++
+		if pid == os.Getpid() && strings.HasPrefix(string(raw), os.Args[0]+"\x00") {
+			self = true
+		}
+		return true
+	}); err != nil || !self {
+		t.Fatalf("walked %d processes, this one found %v: %v", seen, self, err)
+	}
+	calls := 0
+	if err := Each("cmdline", func(int, []byte) bool { calls++; return false }); err != nil || calls != 1 {
+		t.Fatalf("%d calls after the first answered false: %v", calls, err)
 	}
 }

@@ -347,6 +347,14 @@ func (l *Client) takeOver(ctx context.Context, old *locksv1alpha1.QueenLock, a *
 	p.Spec.Limit = int32(max(a.limit, int(p.Spec.Slot)+1))
 	p.Spec.HolderPod = a.pod
 	p.Spec.AcquireTime = nil
+	if l.stamps {
+		if err := l.stampOver(old, p); err != nil {
+			if isLostRace(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("taking over permit %d of lock %q: %w", old.Spec.Slot, old.Spec.Lock, err)
+		}
+	}
 	err := l.c.Update(ctx, p)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || isLostRace(err) {
 		return nil, nil

@@ -9,9 +9,15 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-// isLostRace tells whether the admission webhook refused a write because the
-// permit was held or lost, a race the caller lost rather than a failure.
+// isLostRace tells whether the admission webhook (or, for the manager, the
+// same rules run before the write: see AsManager) refused a write because
+// the permit was held or lost, a race the caller lost rather than a
+// failure.
 func isLostRace(err error) bool {
+	var r *permit.Refusal
+	if errors.As(err, &r) {
+		return r.Reason != ""
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false

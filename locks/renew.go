@@ -18,14 +18,22 @@ import (
 // Renew extends the caller's permit by ttlSeconds (0 keeps its lifetime)
 // and answers the new token. It is one merge patch conditional on the
 // token; the webhook refuses it when the owner differs or the permit has
-// expired. When the token is stale it reads the permit once: a token that
+// expired. For the manager (AsManager) it is one update conditional on the
+// token, stamped and checked here by the webhook's rules. When the token is stale it reads the permit once: a token that
 // is stale only because the same owner's earlier renew landed is carried
 // through to the current one.
 func (l *Client) Renew(ctx context.Context, ns, lock string, slot int, token uint64, owner string, ttlSeconds int64) (Renewed, error) {
 	name := permit.Name(lock, slot)
 	rv := strconv.FormatUint(token, 10)
+	var old *locksv1alpha1.QueenLock // version rv, once read
 	for try := 0; try < l.tries; try++ {
-		p, err := l.patchRenew(ctx, ns, name, rv, owner, ttlSeconds)
+		var p *locksv1alpha1.QueenLock
+		var err error
+		if l.stamps {
+			p, err = l.stampRenew(ctx, ns, lock, name, rv, old, owner, ttlSeconds)
+		} else {
+			p, err = l.patchRenew(ctx, ns, name, rv, owner, ttlSeconds)
+		}
 		switch {
 		case err == nil:
 			// Another lock's permit under a hashed name cannot be ours. A
@@ -49,12 +57,40 @@ func (l *Client) Renew(ctx context.Context, ns, lock string, slot int, token uin
 			if err != nil || cur == nil {
 				return Renewed{Reason: ReasonLost}, err
 			}
-			rv = cur.ResourceVersion
+			rv, old = cur.ResourceVersion, cur
 		default:
 			return Renewed{}, fmt.Errorf("renewing permit %d of lock %q: %w", slot, lock, err)
 		}
 	}
 	return Renewed{Reason: ReasonLost}, nil
+}
+
+// stampRenew writes, for the manager (AsManager), a renew of version rv
+// stamped here: old is that version when already read, else it is looked
+// up. It answers the version unwritten when it is another lock's or being
+// deleted (Renew answers lost for both), and a Refusal the webhook would
+// have answered when the owner differs or the permit expired.
+func (l *Client) stampRenew(ctx context.Context, ns, lock, name, rv string, old *locksv1alpha1.QueenLock, owner string, ttl int64) (*locksv1alpha1.QueenLock, error) {
+	if old == nil {
+		var err error
+		if old, err = l.versionAt(ctx, ns, name, rv); err != nil {
+			return nil, err
+		}
+	}
+	if old.Spec.Lock != lock || !old.DeletionTimestamp.IsZero() {
+		return old, nil
+	}
+	p := old.DeepCopy()
+	if owner != "" {
+		p.Spec.Owner = owner
+	}
+	if ttl > 0 {
+		p.Spec.TTLSeconds = ttl
+	}
+	if err := l.stampOver(old, p); err != nil {
+		return nil, err
+	}
+	return p, l.c.Update(ctx, p)
 }
 
 // patchRenew writes a renew of version rv: the owner (so that another

@@ -59,3 +59,15 @@ func (c cachedVersions) Version(ns, name, rv string) (Version, bool) {
 	}
 	return Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time}, true
 }
+
+// Exact answers the whole permit when the cache holds exactly version rv
+// of it (a copy: the caller may change it).
+func (c cachedVersions) Exact(ns, name, rv string) (*locksv1alpha1.QueenLock, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	p := &locksv1alpha1.QueenLock{}
+	if err := c.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil || p.ResourceVersion != rv {
+		return nil, false
+	}
+	return p, true
+}

@@ -19,8 +19,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -30,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
@@ -94,9 +98,13 @@ type Env struct {
 	Grace time.Duration
 	// Waker wakes waiting acquires of the routes started here.
 	Waker *waiters.Hub
-	stop  context.CancelFunc
-	done  chan struct{}
-	err   error
+	// managerConfig is the manager's client configuration: the admin's,
+	// or its own identity's (Options.ManagerConfig). Routes started here
+	// use it, as the manager's own route does.
+	managerConfig *rest.Config
+	stop          context.CancelFunc
+	done          chan struct{}
+	err           error
 }
 
 // Root is the module's root directory.
@@ -151,6 +159,11 @@ func Start(o Options) (*Env, error) {
 	if e.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fail(err)
 	}
+	if !o.Bare {
+		if err := e.skipManagerUpdates(); err != nil {
+			return fail(err)
+		}
+	}
 	if o.GatedPods && !o.Bare {
 		for _, f := range []string{"config/gate/role.yaml", "config/gate/policies.yaml"} {
 			if err := e.ApplyFile(f); err != nil {
@@ -176,6 +189,7 @@ func Start(o Options) (*Env, error) {
 			return fail(err)
 		}
 	}
+	e.managerConfig = mcfg
 	wo := te.WebhookInstallOptions
 	mgr, err := manager.New(mcfg, manager.Options{
 		MetricsAddr: cmp.Or(o.MetricsAddr, "0"),
@@ -228,6 +242,30 @@ func Start(o Options) (*Env, error) {
 		return fail(fmt.Errorf("waiting for the manager: %w", err))
 	}
 	return e, nil
+}
+
+// skipManagerUpdates puts on the permit webhook the matchConditions that
+// installs put there (config/default/webhook_manager_updates.yaml, and the
+// chart's own): the manager's stamped updates skip the webhook when the
+// manager runs under its own identity (AsManagerServiceAccount). Under the
+// admin's, as most tests run it, every write still goes through it.
+func (e *Env) skipManagerUpdates() error {
+	const file = "config/default/webhook_manager_updates.yaml"
+	raw, err := os.ReadFile(filepath.Join(Root(), file))
+	if err != nil {
+		return err
+	}
+	patch, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingWebhookConfiguration"))
+	u.SetName("mutating-webhook-configuration")
+	if err := e.Client.Patch(context.Background(), u, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	return nil
 }
 
 // Done is closed when the manager has stopped; Err then says why.
@@ -318,12 +356,12 @@ func (e *Env) StartRoute(cfg *rest.Config, auth, ns string) (url string, stop fu
 }
 
 // StartRouteConfig serves a route configured by c on a free loopback port
-// until stop is called; REST, Scheme, Mapper, Log and OpTimeout are this
-// control plane's when unset. It answers the route's full URL, https when
+// until stop is called; REST (the manager's identity), Scheme, Mapper, Log
+// and OpTimeout are this control plane's when unset. It answers the route's full URL, https when
 // c serves TLS.
 func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err error) {
 	if c.REST == nil {
-		c.REST = e.Config
+		c.REST = cmp.Or(e.managerConfig, e.Config)
 	}
 	if c.Scheme == nil {
 		c.Scheme = manager.Scheme
@@ -341,9 +379,10 @@ func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err err
 		c.Waker = e.Waker
 	}
 	if c.Locks == nil {
-		// As the manager runs it: the same grace as its webhook, and its
-		// informer as a source of permit versions.
-		c.Locks = []locks.Option{locks.WithGrace(e.Grace), locks.WithVersions(locks.CachedVersions(e.Manager.GetCache()))}
+		// As the manager runs it: the same grace as its webhook, its
+		// informer as a source of permit versions, and its renews and
+		// takeovers stamped by the route itself.
+		c.Locks = []locks.Option{locks.WithGrace(e.Grace), locks.WithVersions(locks.CachedVersions(e.Manager.GetCache())), locks.AsManager()}
 	}
 	c.Addr = "127.0.0.1:0"
 	srv, err := route.New(c)

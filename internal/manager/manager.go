@@ -221,6 +221,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			Locks: []locks.Option{
 				locks.WithGrace(o.ExpiryGrace),
 				locks.WithVersions(locks.CachedVersions(mgr.GetCache())),
+				locks.AsManager(),
 			},
 		})
 		if err != nil {
@@ -255,7 +256,7 @@ func setupGatedPods(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 	line := &gate.Line{
 		Client:   mgr.GetClient(),
 		Core:     core,
-		Locks:    locks.New(direct, o.Clock, locks.WithGrace(o.ExpiryGrace), locks.WithVersions(locks.CachedVersions(mgr.GetCache()))),
+		Locks:    locks.New(direct, o.Clock, locks.WithGrace(o.ExpiryGrace), locks.WithVersions(locks.CachedVersions(mgr.GetCache())), locks.AsManager()),
 		Held:     locks.New(mgr.GetClient(), o.Clock),
 		Grace:    o.ExpiryGrace,
 		Clock:    o.Clock,

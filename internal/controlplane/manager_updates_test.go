@@ -1,0 +1,161 @@
+package controlplane_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/internal/manager"
+	"github.com/queen-locks/queen-locks/internal/metricstest"
+	"github.com/queen-locks/queen-locks/internal/webhook"
+	"github.com/queen-locks/queen-locks/locks"
+)
+
+// webhookCalls is how many admission reviews the permit webhook has
+// answered in this process.
+func webhookCalls(t *testing.T) float64 {
+	t.Helper()
+	m := metricstest.Series(t, "controller_runtime_webhook_requests_total", map[string]string{"webhook": webhook.MutatePath, "code": "200"})
+	if m == nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}
+
+// The manager's renews and takeovers, stamped by the manager itself, skip
+// the permit webhook under the manager's own identity (the matchConditions
+// installs put on it), and are stored as the webhook would have stamped
+// them. Its creates, its updates without a new stamp and everybody else's
+// writes still go through the webhook, and the CRD's CEL rules check the
+// manager's updates all the same.
+func TestTheManagersStampedUpdatesSkipTheWebhook(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	e, err := controlplane.Start(controlplane.Options{ManagerConfig: controlplane.AsManagerServiceAccount, Clock: clk, NoExpiry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Stop() }()
+	ctx := context.Background()
+	ns := e.Namespace(t, "skip")
+	mcfg, err := controlplane.AsManagerServiceAccount(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := client.New(mcfg, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asManager := locks.New(mc, clk, locks.WithGrace(e.Grace), locks.AsManager())
+	stored := func(name string) *locksv1alpha1.QueenLock {
+		t.Helper()
+		p := &locksv1alpha1.QueenLock{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	calls := webhookCalls(t)
+	a, err := asManager.Acquire(ctx, ns, "job", "one", 30, 1)
+	if err != nil || !a.Acquired {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	if got := webhookCalls(t); got != calls+1 {
+		t.Fatalf("the manager's create made %v webhook calls, want 1: creates are the webhook's", got-calls)
+	}
+
+	// A renew: no webhook call, and stored as the webhook stamps one.
+	clk.Step(5 * time.Second)
+	calls = webhookCalls(t)
+	r, err := asManager.Renew(ctx, ns, "job", 0, a.Token, "one", 60)
+	if err != nil || !r.Renewed || r.Token <= a.Token {
+		t.Fatalf("renew: %+v %v (acquired with token %d)", r, err, a.Token)
+	}
+	if got := webhookCalls(t); got != calls {
+		t.Fatalf("the manager's renew made %v webhook calls, want none", got-calls)
+	}
+	p := stored("job.0")
+	want := clk.Now().UTC().Truncate(time.Microsecond)
+	if !p.Spec.RenewTime.Time.Equal(want) || !p.Spec.ExpireTime.Time.Equal(want.Add(60*time.Second)) || p.Spec.TTLSeconds != 60 {
+		t.Fatalf("renewed permit: renewTime %v expireTime %v ttl %d, want %v, %v, 60", p.Spec.RenewTime, p.Spec.ExpireTime, p.Spec.TTLSeconds, want, want.Add(60*time.Second))
+	}
+	if p.Spec.FirstToken != int64(a.Token) || len(p.ManagedFields) != 0 {
+		t.Fatalf("renewed permit: firstToken %d (want %d), %d managedFields entries (want none)", p.Spec.FirstToken, a.Token, len(p.ManagedFields))
+	}
+
+	// A takeover of the expired permit: the create that finds the name
+	// taken goes through the webhook (admission comes before the name is
+	// looked up), the update that takes it over does not.
+	clk.Step(61*time.Second + e.Grace)
+	calls = webhookCalls(t)
+	b, err := asManager.Acquire(ctx, ns, "job", "two", 30, 1)
+	if err != nil || !b.Acquired || b.Token <= r.Token {
+		t.Fatalf("takeover: %+v %v", b, err)
+	}
+	if got := webhookCalls(t); got != calls+1 {
+		t.Fatalf("the manager's takeover made %v webhook calls, want 1 (its create)", got-calls)
+	}
+	if p := stored("job.0"); p.Spec.Owner != "two" || !p.Spec.AcquireTime.Time.Equal(clk.Now().UTC().Truncate(time.Microsecond)) || p.Spec.FirstToken != 0 {
+		t.Fatalf("taken over permit: owner %q acquireTime %v firstToken %d", p.Spec.Owner, p.Spec.AcquireTime, p.Spec.FirstToken)
+	}
+
+	// An update of the manager's that carries no new stamp (an older
+	// manager's renew, during an upgrade) is stamped by the webhook.
+	clk.Step(time.Second)
+	calls = webhookCalls(t)
+	old := stored("job.0")
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"owner":"two"}}`, old.ResourceVersion)
+	p = &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job.0"}}
+	if err := mc.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	if got := webhookCalls(t); got != calls+1 {
+		t.Fatalf("the manager's unstamped renew made %v webhook calls, want 1", got-calls)
+	}
+	if !p.Spec.RenewTime.After(old.Spec.RenewTime.Time) {
+		t.Fatalf("the manager's unstamped renew was stored unstamped: renewTime %v, before it %v", p.Spec.RenewTime, old.Spec.RenewTime)
+	}
+
+	// The CEL rules still check a stamped update of the manager's.
+	bad := p.DeepCopy()
+	bad.Spec.RenewTime = &metav1.MicroTime{Time: p.Spec.RenewTime.Add(time.Second)}
+	if err := mc.Update(ctx, bad); err == nil || !strings.Contains(err.Error(), "expireTime must be renewTime plus ttlSeconds") {
+		t.Fatalf("a stamped update of the manager's with a wrong expireTime: %v, want the CEL rule's refusal", err)
+	}
+	bad = p.DeepCopy()
+	bad.Spec.Owner = "three"
+	bad.Spec.RenewTime = &metav1.MicroTime{Time: p.Spec.RenewTime.Add(time.Second)}
+	bad.Spec.ExpireTime = &metav1.MicroTime{Time: bad.Spec.RenewTime.Add(30 * time.Second)}
+	if err := mc.Update(ctx, bad); err == nil || !strings.Contains(err.Error(), "not a lock transition") {
+		t.Fatalf("a stamped renew of the manager's under another owner: %v, want the CEL rule's refusal", err)
+	}
+
+	// The administrator's stamped renew is not the manager's: the webhook
+	// sees it and stamps the times from its own clock.
+	clk.Step(time.Second)
+	calls = webhookCalls(t)
+	admin := p.DeepCopy()
+	admin.Spec.RenewTime = &metav1.MicroTime{Time: p.Spec.RenewTime.Add(2 * time.Second)}
+	admin.Spec.ExpireTime = &metav1.MicroTime{Time: admin.Spec.RenewTime.Add(30 * time.Second)}
+	if err := e.Client.Update(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	if got := webhookCalls(t); got != calls+1 {
+		t.Fatalf("the administrator's stamped renew made %v webhook calls, want 1", got-calls)
+	}
+	if want := clk.Now().UTC().Truncate(time.Microsecond); !admin.Spec.RenewTime.Time.Equal(want) {
+		t.Fatalf("the administrator's renew was stored with renewTime %v, want the webhook's %v", admin.Spec.RenewTime, want)
+	}
+}

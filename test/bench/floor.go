@@ -106,15 +106,17 @@ func floorCycle(ctx context.Context, cfg *rest.Config, ns string) (cycle, error)
 	}, nil
 }
 
-// floorPermits holds copies of permits and renews them as the webhook
-// would have them renewed: one merge patch of renewTime and expireTime,
-// stamped by the client, conditional on the resourceVersion. No webhook
-// is called and no route: what a renew costs kube-apiserver for the
-// custom resource alone (its schema, its CEL transition rules, JSON), the
-// least any renew of a permit could cost it.
+// floorPermits holds copies of permits and renews them as the route
+// renews permits: an update of the whole permit it last wrote, with
+// renewTime and expireTime stamped by the client (as the route stamps
+// them), conditional on the resourceVersion. No webhook is called and no
+// route: what a renew costs kube-apiserver for the custom resource alone
+// (its schema, its CEL transition rules, JSON), the least any renew of a
+// permit could cost it.
 type floorPermits struct {
-	c  client.Client
-	ns string
+	c    client.Client
+	ns   string
+	last *sync.Map // name to the *unstructured.Unstructured last written
 }
 
 func (f floorPermits) acquire(ctx context.Context, name string) (uint64, error) {
@@ -131,17 +133,25 @@ func (f floorPermits) acquire(ctx context.Context, name string) (uint64, error) 
 	if n := len(u.GetManagedFields()); n != 0 {
 		return 0, fmt.Errorf("the floor permit %s kept %d managedFields entries", u.GetName(), n)
 	}
+	f.last.Store(name, u)
 	return strconv.ParseUint(u.GetResourceVersion(), 10, 64)
 }
 
 func (f floorPermits) renew(ctx context.Context, name string, token uint64) (uint64, string, error) {
+	prev, _ := f.last.Load(name)
+	u := prev.(*unstructured.Unstructured).DeepCopy()
+	u.SetResourceVersion(strconv.FormatUint(token, 10))
 	now := time.Now()
-	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":"%d"},"spec":{"renewTime":%q,"expireTime":%q}}`,
-		token, floorStamp(now), floorStamp(now.Add(renewTTL*time.Second)))
-	u := floorObject(f.ns, name, "r", now)
-	if err := f.c.Patch(ctx, u, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+	if err := unstructured.SetNestedField(u.Object, floorStamp(now), "spec", "renewTime"); err != nil {
 		return 0, "", err
 	}
+	if err := unstructured.SetNestedField(u.Object, floorStamp(now.Add(renewTTL*time.Second)), "spec", "expireTime"); err != nil {
+		return 0, "", err
+	}
+	if err := f.c.Update(ctx, u); err != nil {
+		return 0, "", err
+	}
+	f.last.Store(name, u)
 	tok, err := strconv.ParseUint(u.GetResourceVersion(), 10, 64)
 	return tok, "", err
 }

@@ -94,10 +94,14 @@ func (p permits) release(ctx context.Context, name string, token uint64) {
 
 // leases holds coordination.k8s.io Leases and renews them as a holder of
 // a Lease does: one merge patch of renewTime, conditional on the
-// resourceVersion, the same shape as a permit's renew.
+// resourceVersion, the same shape as a permit's renew through a handle's
+// direct transport. With last set it renews as client-go's leader
+// election does instead: an update of the whole Lease it last wrote, with
+// a new renewTime, the same shape as the route's renew.
 type leases struct {
-	cs kubernetes.Interface
-	ns string
+	cs   kubernetes.Interface
+	ns   string
+	last *sync.Map // name to the *coordinationv1.Lease last written; nil: merge patches
 }
 
 func (l leases) acquire(ctx context.Context, name string) (uint64, error) {
@@ -109,12 +113,27 @@ func (l leases) acquire(ctx context.Context, name string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if l.last != nil {
+		l.last.Store(name, got)
+	}
 	return strconv.ParseUint(got.ResourceVersion, 10, 64)
 }
 
 func (l leases) renew(ctx context.Context, name string, token uint64) (uint64, string, error) {
-	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":"%d"},"spec":{"renewTime":%q}}`, token, time.Now().UTC().Format(metav1.RFC3339Micro))
-	got, err := l.cs.CoordinationV1().Leases(l.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	var got *coordinationv1.Lease
+	var err error
+	if l.last != nil {
+		prev, _ := l.last.Load(name)
+		next := prev.(*coordinationv1.Lease).DeepCopy()
+		next.ResourceVersion = strconv.FormatUint(token, 10)
+		next.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		if got, err = l.cs.CoordinationV1().Leases(l.ns).Update(ctx, next, metav1.UpdateOptions{}); err == nil {
+			l.last.Store(name, got)
+		}
+	} else {
+		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":"%d"},"spec":{"renewTime":%q}}`, token, time.Now().UTC().Format(metav1.RFC3339Micro))
+		got, err = l.cs.CoordinationV1().Leases(l.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	}
 	if err != nil {
 		return 0, "", err
 	}

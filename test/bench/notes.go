@@ -12,8 +12,10 @@ const notes = `
   finds the lock taken (by another owner, or already by the caller) is one
   create that the API server refuses plus one GET; a semaphore acquire
   with room is a create of the owner's preferred slot plus one LIST; get
-  is one LIST and check one GET. Creates and renews pass the mutating
-  webhook once each; deletes pass no webhook. With token auth the route
+  is one LIST and check one GET. Creates pass the mutating webhook once
+  each, and so do the direct transport's renews; the route's renews are
+  stamped by the manager and skip it (see below); deletes pass no
+  webhook. With token auth the route
   adds TokenReviews and SubjectAccessReviews, which the review cache
   shares among all calls of its lifetime (5 s by default): one TokenReview
   per token, one SubjectAccessReview per caller and verb.
@@ -90,29 +92,33 @@ fairly: route clients keep their connections alive (Go's default of two
 idle connections per host made most calls at 8 and 32 clients open a new
 one), rows take turns in one-second rounds, and CPU is counted per cycle.
 
-- **Leaving the manager's own writes out of the webhook** (a
-  ` + "`matchConditions`" + ` rule on its ServiceAccount, the route stamping
-  the times from its clock, the CRD's CEL rules still checking each
-  transition; SPEC section 3 allows it) was measured by its bound and not
-  done, because the runs disagree on what it would gain. The renew load's
-  floor row is that bound: the CRD copy, stored without managedFields as
-  permits are, renewed by the same conditional merge patch with no
-  webhook and no route. In the runs of 2026-12-04 before this one (250,
-  1000 and 2000 held, machine load 1 to 2) kube-apiserver spent 4.1, 3.3
-  and 2.7 ms per floor renew against 2.1, 2.1 and 1.8 for a Lease (1.5 to
-  1.9 times) and 3.6, 3.5 and 3.3 per route renew (1.6 to 1.8 times): the
-  webhook was a tenth of a renew, and the rest the custom resource. In
-  the run above, with the route's rows at a load near 4 and the floor's
-  near 2, the floor was 1.3 times a Lease and the route about 2 times. A
-  renew's profile (below) puts the webhook at 0.5 ms of kube-apiserver's
-  time. Until a run on a quiet machine settles it, the change would move a
-  rule of the lock ("times are stamped by the server") out of the API
-  server's admission chain for a gain between a tenth and a third of a
-  renew. On a cycle it would gain less: only the webhook can drop
-  managedFields on a create (the field manager adds them before
-  admission, and a create always records them), so skipping it would
-  bring back about what dropping them saved, for the 0.3 ms of the
-  webhook call.
+- **The manager's own renews and takeovers skip the webhook** (since
+  2026-12-04; SPEC section 3 allows it). The route stamps them itself
+  with ` + "`permit.Stamp`" + `, the webhook's rules, from the clock the webhook
+  in the same process reads. It sends each one as an update of the whole
+  permit, conditional on the version it stamped over, and the chart's
+  ` + "`matchConditions`" + ` let such an update (the manager's
+  ServiceAccount, a new renewTime) past the webhook. The CRD's CEL rules
+  check it as they check every write. The version is read from the
+  manager's informer, which holds exactly that version nearly always, and
+  otherwise from the API server. Profiles of the 1000-permit step, from
+  runs at 18:16 and 18:35 UTC on 2026-12-04 with the load near 1, show
+  kube-apiserver's samples per renew:
+  - before, a merge patch through the webhook: 5.3 ms against 3.1 for a
+    Lease (1.7 times). The webhook's admission was 0.77 ms of it: the
+    AdmissionReview out over TLS, the JSON patch applied back, the
+    object decoded again. Applying the merge patch to a JSON copy of the
+    stored object was another 0.2.
+  - after, a stamped update: 4.3 ms against 4.1 for a Lease in that run
+    (1.04 times), and below the CRD copy renewed by merge patch (5.0).
+    An update skips the patch's round trip through JSON. That is why the
+    floor row now renews the copy by update too, and why a row of
+    Leases renewed by update (as client-go's leader election renews
+    them) stands beside the merge patch baseline.
+
+  Creates still go through the webhook: only it can keep managedFields
+  off a new permit (the field manager records them before admission),
+  so a cycle is unchanged.
 - **The rest of the gap is the custom resource itself** (the floor row):
   kube-apiserver handles a QueenLock as unstructured JSON, where a Lease is
   protobuf and typed. Its schema coercion, CEL rules and the garbage they

@@ -106,6 +106,59 @@ func (s summary) write() string {
 			fmt.Fprintf(&b, " Plain Leases renewed at the same rates had a p99 of %s.", strings.Join(lease, ", "))
 		}
 		fmt.Fprintln(&b)
+		b.WriteString(s.renewCost())
+	}
+	return b.String()
+}
+
+// Renew targets of issue 27: kube-apiserver CPU per renew through the
+// route at most renewCostTarget times a Lease renew's in the same run, and
+// renewLoadTarget held permits renewed with a p99 under renewBound.
+const (
+	renewCostTarget = 1.5
+	renewLoadTarget = 3000
+)
+
+// renewCost says how the route's renews compared with Leases' in
+// kube-apiserver's CPU, step by step, and whether the load step held.
+func (s summary) renewCost() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Against the renew targets of issue 27, in this run\n\n")
+	var vsPatch, vsUpdate, vsFloor []string
+	worst := 0.0
+	for _, n := range renewSteps {
+		route, ok1 := s.renewCPU[n]
+		lease, ok2 := s.leaseCPU[n]
+		if !ok1 || !ok2 || lease <= 0 {
+			continue
+		}
+		worst = max(worst, route/lease)
+		vsPatch = append(vsPatch, fmt.Sprintf("%.2f at %d", route/lease, n))
+		if u := s.leaseUpdateCPU[n]; u > 0 {
+			vsUpdate = append(vsUpdate, fmt.Sprintf("%.2f at %d", route/u, n))
+		}
+		if f := s.floorCPU[n]; f > 0 {
+			vsFloor = append(vsFloor, fmt.Sprintf("%.2f at %d", route/f, n))
+		}
+	}
+	if len(vsPatch) == 0 {
+		fmt.Fprintf(&b, "- **kube-apiserver CPU per renew at most %.1f times a Lease renew's:** not measured.\n", renewCostTarget)
+	} else {
+		verdict := "not met"
+		if worst <= renewCostTarget {
+			verdict = "met"
+		}
+		fmt.Fprintf(&b, "- **kube-apiserver CPU per renew at most %.1f times a Lease renew's** (1.9 before): %s; the route's to a Lease renewed by merge patch: %s. "+
+			"To a Lease renewed by update, as client-go's leader election renews: %s. To the CRD copy renewed by the same update: %s.\n",
+			renewCostTarget, verdict, strings.Join(vsPatch, ", "), strings.Join(vsUpdate, ", "), strings.Join(vsFloor, ", "))
+	}
+	switch p99, ok := s.renewP99[renewLoadTarget]; {
+	case !ok:
+		fmt.Fprintf(&b, "- **Renew load, %d held permits with p99 under %s** (494 ms before): not measured; the steps stopped before %d.\n", renewLoadTarget, ms(renewBound), renewLoadTarget)
+	case p99 < renewBound:
+		fmt.Fprintf(&b, "- **Renew load, %d held permits with p99 under %s** (494 ms before): met, %s.\n", renewLoadTarget, ms(renewBound), ms(p99))
+	default:
+		fmt.Fprintf(&b, "- **Renew load, %d held permits with p99 under %s** (494 ms before): not met, %s.\n", renewLoadTarget, ms(renewBound), ms(p99))
 	}
 	return b.String()
 }

@@ -51,3 +51,28 @@ func TestSummaryWrite(t *testing.T) {
 		}
 	}
 }
+
+func TestRenewCost(t *testing.T) {
+	s := summary{
+		renewP99:       map[int]time.Duration{250: 20 * time.Millisecond, 3000: 300 * time.Millisecond},
+		renewCPU:       map[int]float64{250: 4.5, 3000: 3.0},
+		leaseCPU:       map[int]float64{250: 3.0, 3000: 2.5},
+		leaseUpdateCPU: map[int]float64{250: 2.5, 3000: 2.0},
+		floorCPU:       map[int]float64{250: 4.5, 3000: 3.0},
+	}
+	got := s.renewCost()
+	for _, want := range []string{
+		"at most 1.5 times a Lease renew's** (1.9 before): met; the route's to a Lease renewed by merge patch: 1.50 at 250, 1.20 at 3000",
+		"as client-go's leader election renews: 1.80 at 250, 1.50 at 3000",
+		"by the same update: 1.00 at 250, 1.00 at 3000",
+		"3000 held permits with p99 under 250.0 ms** (494 ms before): not met, 300.0 ms",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("renew cost lacks %q:\n%s", want, got)
+		}
+	}
+	s.renewCPU[3000] = 3.8
+	if got := s.renewCost(); !strings.Contains(got, "(1.9 before): not met") {
+		t.Errorf("a step at 1.52 times a Lease's is not met:\n%s", got)
+	}
+}

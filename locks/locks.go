@@ -4,10 +4,12 @@
 // whichever way a caller reaches it.
 //
 // Each operation is one conditional write when it wins: acquire creates the
-// permit, renew patches it and release deletes it, each with the token as
-// the resourceVersion precondition where there is one. Reads happen only
-// after a write loses, to say why (already, held, lost) or to carry a stale
-// token of the same owner through. Those reads go to the API server itself:
+// permit, renew patches it (the manager's renew updates it, stamped: see
+// AsManager) and release deletes it, each with the token as the
+// resourceVersion precondition where there is one. Reads happen only after
+// a write loses, to say why (already, held, lost) or to carry a stale token
+// of the same owner through, and before a manager's renew whose version
+// its informer does not hold. Those reads go to the API server itself:
 // the client given to New must not be backed by an informer cache, which
 // can be behind, and a decision on stale data answers wrongly.
 package locks

@@ -32,7 +32,7 @@ func TestPermitsAreStoredWithoutManagedFields(t *testing.T) {
 	}
 	created := stored(p.Name)
 
-	// A renew by merge patch, the route's and the handles' way.
+	// A renew by merge patch, the handles' direct transport's way.
 	body, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": created.ResourceVersion},
 		"spec":     map[string]any{"owner": "a", "ttlSeconds": 1},

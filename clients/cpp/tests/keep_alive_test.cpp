@@ -47,8 +47,8 @@ TEST(KeepAlive, KeepsALockForSeveralLifetimesWithTheTokenChanging) {
 }
 
 // Counts API writes with kube-apiserver's own metrics: the route renews with
-// one merge patch of the permit (locks.Client.Renew), and nothing else
-// patches queenlocks while this test runs (the handles of the other tests in
+// one update of the permit (locks.Client.Renew, stamped by the manager), and
+// nothing else updates queenlocks while this test runs (the handles of the other tests in
 // this process have no background threads, and ctest runs one test at a
 // time).
 TEST(KeepAlive, DoesNotRenewBeforeAThirdOfTheLifetimeThenRenewsOnce) {

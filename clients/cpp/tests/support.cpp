@@ -130,12 +130,12 @@ long long renew_writes() {
     ADD_FAILURE() << "kubectl get --raw /metrics: " << r.err;
     return -1;
   }
-  // apiserver_request_total{code="200",...,resource="queenlocks",...,verb="PATCH",...} 7
-  long long sum = 0;  // no PATCH yet is a count of 0
+  // apiserver_request_total{code="200",...,resource="queenlocks",...,verb="PUT",...} 7
+  long long sum = 0;  // no PUT yet is a count of 0
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("apiserver_request_total{", 0) != 0) continue;
-    if (line.find("resource=\"queenlocks\"") == std::string::npos || line.find("verb=\"PATCH\"") == std::string::npos) continue;
+    if (line.find("resource=\"queenlocks\"") == std::string::npos || line.find("verb=\"PUT\"") == std::string::npos) continue;
     sum += std::stoll(line.substr(line.rfind(' ') + 1));
   }
   return sum;

@@ -148,10 +148,11 @@ final class Support
     }
 
     /**
-     * How many PATCH requests on queenlocks the API server has served, by
-     * its own metrics: the route renews with one merge patch.
+     * How many PUT requests on queenlocks the API server has served, by
+     * its own metrics: the route renews with one update, stamped by the
+     * manager.
      */
-    public static function permitPatches(): int
+    public static function permitUpdates(): int
     {
         [$code, $out, $err] = self::kubectl(['get', '--raw', '/metrics'], '', false);
         if ($code !== 0) {
@@ -160,7 +161,7 @@ final class Support
         $n = 0;
         foreach (explode("\n", $out) as $line) {
             if (str_starts_with($line, 'apiserver_request_total{')
-                && str_contains($line, 'resource="queenlocks"') && str_contains($line, 'verb="PATCH"')) {
+                && str_contains($line, 'resource="queenlocks"') && str_contains($line, 'verb="PUT"')) {
                 $n += (int) substr($line, strrpos($line, ' ') + 1);
             }
         }

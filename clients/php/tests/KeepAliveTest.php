@@ -48,7 +48,7 @@ final class KeepAliveTest extends TestCase
     /**
      * Calling keepAlive() in a tight loop for less than a third of the
      * lifetime writes nothing, counted by the API server's own metrics of
-     * PATCH on queenlocks (a renew is one merge patch) and by the token;
+     * PUT on queenlocks (a renew is one update) and by the token;
      * just past the third, exactly one renew.
      */
     public function testTheCheckpointDoesNotRenewBeforeAThirdOfTheLifetime(): void
@@ -56,7 +56,7 @@ final class KeepAliveTest extends TestCase
         Support::withKubectl($this);
         $ttl = 12; // a third: 4 s
         $h = Support::client()->lock(Support::unique('checkpoint'), $ttl);
-        $patches = Support::permitPatches();
+        $updates = Support::permitUpdates();
         $before = Support::now();
         $this->assertTrue($h->acquire());
         $acquired = Support::now();
@@ -71,7 +71,7 @@ final class KeepAliveTest extends TestCase
         $this->assertTrue($alive);
         $this->assertGreaterThan(1000, $calls, 'the loop was not tight');
         $this->assertSame($token, $h->token(), 'keepAlive renewed before a third of the lifetime');
-        $this->assertSame($patches, Support::permitPatches(), 'a renew reached the API server before a third of the lifetime');
+        $this->assertSame($updates, Support::permitUpdates(), 'a renew reached the API server before a third of the lifetime');
 
         // The first checkpoint past the third renews, once.
         while ($h->token() === $token) {
@@ -94,8 +94,8 @@ final class KeepAliveTest extends TestCase
         $this->assertSame($renewed, $h->token(), 'a second renew within a third of the lifetime');
         // The metric counts a request once it has been served: wait for it,
         // then make sure there was one and no more.
-        Support::waitFor('the renew in the metrics', fn () => Support::permitPatches() > $patches);
-        $this->assertSame($patches + 1, Support::permitPatches(), 'exactly one renew past the third');
+        Support::waitFor('the renew in the metrics', fn () => Support::permitUpdates() > $updates);
+        $this->assertSame($updates + 1, Support::permitUpdates(), 'exactly one renew past the third');
         $h->release();
     }
 

@@ -10,9 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
+	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/locks"
 )
@@ -163,7 +165,17 @@ func expiries(t handle.Transport, lock string, rounds int, wake bool) ([]time.Du
 func podGaps(env *controlplane.Env, t handle.Transport, ns, lock string, rounds int) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	direct := locks.New(env.Client, nil)
+	// Only the manager may name a holder pod for a caller: acquire as the
+	// manager's ServiceAccount, which this control plane runs it under.
+	mcfg, err := controlplane.AsManagerServiceAccount(env)
+	if err != nil {
+		return nil, err
+	}
+	mc, err := client.New(mcfg, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	direct := locks.New(mc, nil)
 	var out []time.Duration
 	for i := range rounds {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprint("holder-", i)},

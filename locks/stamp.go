@@ -20,9 +20,11 @@ import (
 // write is conditional on the version it was stamped over, so the API
 // server stores exactly what Stamp decided or nothing, and the CRD's CEL
 // rules check the transition as they check every write. Where the
-// webhook still sees the write (a configuration without the skip, a
-// client that is not the manager) it stamps it again by the same rules,
-// so the writes are valid either way.
+// webhook still sees the write (a configuration without the skip, the
+// manager under another identity than the configuration names) it takes
+// it as the same transition (a takeover from the manager may come with its
+// new acquireTime set rather than cleared) and stamps it again by the same
+// rules, so the writes are valid either way.
 //
 // Creates are left to the webhook: only it can keep managedFields off a
 // new permit (the field manager records them before admission), and a

@@ -103,8 +103,10 @@ type Caller struct {
 // stamped result once more after every mutating webhook has run.
 //
 //   - create: acquire a free slot.
-//   - update that clears acquireTime: take over a permit that expired more
-//     than grace ago (grace is the clock skew tolerated between replicas).
+//   - update that clears acquireTime (or, from the manager, sets a new
+//     one: its takeovers come stamped): take over a permit that expired
+//     more than grace ago (grace is the clock skew tolerated between
+//     replicas).
 //   - update that keeps acquireTime: renew, by the same owner, before expiry.
 //   - update of a permit being deleted that changes nothing but its
 //     finalizers: the garbage collector finishing a foreground or orphan
@@ -120,7 +122,15 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	if errs := ValidateSpec(obj); len(errs) > 0 {
 		return false, invalid(errs)
 	}
-	acquiring := old == nil || obj.Spec.AcquireTime == nil
+	// The manager sends its takeovers already stamped (locks.AsManager):
+	// a new acquireTime in place of a cleared one. Where this webhook still
+	// sees one (the manager under another identity than the configuration
+	// names, a configuration without the skip), it is a takeover like any
+	// other, stamped again here; from anyone else a changed acquireTime is
+	// refused below.
+	takeover := old != nil && (obj.Spec.AcquireTime == nil ||
+		(caller.Manager && !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime)))
+	acquiring := old == nil || takeover
 	if acquiring {
 		defaultHolderPodNamespace(obj, caller)
 	}
@@ -143,7 +153,7 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 		return false, err
 	}
 	setLockLabel(obj)
-	if obj.Spec.AcquireTime == nil {
+	if takeover {
 		if !Expired(old, now.Add(-grace)) {
 			return false, heldBy(old)
 		}

@@ -133,6 +133,14 @@ func TestStampGraceHolderPodAndDeletion(t *testing.T) {
 	const grace = time.Second
 	held := func() *locksv1alpha1.QueenLock { return stamped(t, lockObj("cron-7", 30), t0) }
 	takeover := func(p *locksv1alpha1.QueenLock) { p.Spec.AcquireTime = nil; p.Spec.Owner = "b" }
+	// A takeover as the manager sends it (locks.AsManager): already
+	// stamped, a new acquireTime in place of a cleared one.
+	stampedTakeover := func(at time.Duration) func(*locksv1alpha1.QueenLock) {
+		return func(p *locksv1alpha1.QueenLock) {
+			p.Spec.Owner = "b"
+			stamp(p, t0.Add(at), true)
+		}
+	}
 	me := Caller{PodNamespace: "team-b", PodName: "job-x", PodUID: "u1"}
 	cases := []struct {
 		name       string
@@ -143,6 +151,9 @@ func TestStampGraceHolderPodAndDeletion(t *testing.T) {
 	}{
 		{"takeover within the grace", 30*time.Second + grace/2, Caller{}, takeover, ReasonHeld},
 		{"takeover after the grace", 30*time.Second + grace, Caller{}, takeover, ""},
+		{"the manager's stamped takeover", 31 * time.Second, Caller{Manager: true}, stampedTakeover(31 * time.Second), ""},
+		{"the manager's stamped takeover within the grace", 30*time.Second + grace/2, Caller{Manager: true}, stampedTakeover(30*time.Second + grace/2), ReasonHeld},
+		{"a stamped takeover from anyone else", 31 * time.Second, me, stampedTakeover(31 * time.Second), "invalid"},
 		{"lock label edited", 10 * time.Second, Caller{}, func(p *locksv1alpha1.QueenLock) { p.Labels[LockLabel] = "other" }, "invalid"},
 		{"lock label removed", 10 * time.Second, Caller{}, func(p *locksv1alpha1.QueenLock) { delete(p.Labels, LockLabel) }, "invalid"},
 		{"holderPod added on renew", 10 * time.Second, Caller{}, func(p *locksv1alpha1.QueenLock) {

@@ -159,3 +159,48 @@ func TestTheManagersStampedUpdatesSkipTheWebhook(t *testing.T) {
 		t.Fatalf("the administrator's renew was stored with renewTime %v, want the webhook's %v", admin.Spec.RenewTime, want)
 	}
 }
+
+// Where the webhook still sees the manager's stamped writes (here the
+// manager runs as the administrator, whom the configuration does not let
+// past), it takes them as the transitions they are and stamps them again:
+// a renew, and a takeover that arrives with its new acquireTime already
+// set rather than cleared.
+func TestTheManagersStampedWritesPassTheWebhookToo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	e, err := controlplane.Start(controlplane.Options{Clock: clk, NoExpiry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Stop() }()
+	ctx := context.Background()
+	ns := e.Namespace(t, "seen")
+	asManager := locks.New(e.Client, clk, locks.WithGrace(e.Grace), locks.AsManager())
+	a, err := asManager.Acquire(ctx, ns, "job", "one", 30, 1)
+	if err != nil || !a.Acquired {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	clk.Step(5 * time.Second)
+	calls := webhookCalls(t)
+	r, err := asManager.Renew(ctx, ns, "job", 0, a.Token, "one", 30)
+	if err != nil || !r.Renewed {
+		t.Fatalf("renew: %+v %v", r, err)
+	}
+	if got := webhookCalls(t); got != calls+1 {
+		t.Fatalf("the renew made %v webhook calls, want 1: the administrator is not let past", got-calls)
+	}
+	clk.Step(31*time.Second + e.Grace)
+	b, err := asManager.Acquire(ctx, ns, "job", "two", 30, 1)
+	if err != nil || !b.Acquired || b.Token <= r.Token {
+		t.Fatalf("a stamped takeover the webhook sees: %+v %v", b, err)
+	}
+	p := &locksv1alpha1.QueenLock{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "job.0"}, p); err != nil {
+		t.Fatal(err)
+	}
+	if now := clk.Now().UTC().Truncate(time.Microsecond); p.Spec.Owner != "two" || !p.Spec.AcquireTime.Time.Equal(now) || p.Spec.FirstToken != 0 {
+		t.Fatalf("taken over permit: owner %q acquireTime %v (want %v) firstToken %d", p.Spec.Owner, p.Spec.AcquireTime, now, p.Spec.FirstToken)
+	}
+}

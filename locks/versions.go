@@ -48,13 +48,8 @@ func CachedVersions(r client.Reader) Versions { return cachedVersions{r} }
 type cachedVersions struct{ r client.Reader }
 
 func (c cachedVersions) Version(ns, name, rv string) (Version, bool) {
-	// The informer is already synced in a running manager; the timeout only
-	// keeps a release from waiting on a cache that is not.
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	var p locksv1alpha1.QueenLock
-	if err := c.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil ||
-		p.ResourceVersion != rv || p.Spec.ExpireTime == nil || !p.DeletionTimestamp.IsZero() {
+	p, ok := c.Exact(ns, name, rv)
+	if !ok || p.Spec.ExpireTime == nil || !p.DeletionTimestamp.IsZero() {
 		return Version{}, false
 	}
 	return Version{Owner: p.Spec.Owner, ExpireTime: p.Spec.ExpireTime.Time}, true
@@ -63,6 +58,8 @@ func (c cachedVersions) Version(ns, name, rv string) (Version, bool) {
 // Exact answers the whole permit when the cache holds exactly version rv
 // of it (a copy: the caller may change it).
 func (c cachedVersions) Exact(ns, name, rv string) (*locksv1alpha1.QueenLock, bool) {
+	// The informer is already synced in a running manager; the timeout only
+	// keeps a caller from waiting on a cache that is not.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	p := &locksv1alpha1.QueenLock{}

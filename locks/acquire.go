@@ -233,10 +233,12 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 // the lock's permits, after the write, and keeps the owner's permit that
 // was acquired first; if that is not got, it deletes got and answers the
 // earlier one as already held. Every acquire of the owner that wins a
-// write settles this way, and a list after a write sees every write before
-// it, so all of them answer the same permit.
+// write settles this way, and a list at or after a write's version sees
+// every write before it, so all of them answer the same permit: the one
+// whose write came first, by resourceVersion, keeps its own whatever else
+// it sees, and each later one sees it and gives way.
 func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.QueenLock) (Acquired, error) {
-	bySlot, err := l.list(ctx, a.ns, a.lock)
+	bySlot, err := l.listSince(ctx, a.ns, a.lock, got.ResourceVersion)
 	if err != nil {
 		// The caller gets an error, not this permit: give it back, or
 		// nobody would release it before its TTL (an owner the route

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +131,56 @@ func TestEachOperationIsOneCallWhenItWins(t *testing.T) {
 		t.Fatalf("semaphore acquire: %+v %v", s, err)
 	}
 	calls(t, c, "create", "list")
+}
+
+// consistentReads is how many lists of permits kube-apiserver has served
+// from its watch cache as consistent reads, which wait for the cache to
+// catch up with etcd's newest revision.
+func consistentReads(t *testing.T) float64 {
+	t.Helper()
+	raw, err := env.Clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0 // no series before the first such read
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_watch_cache_consistent_read_total{") || !strings.Contains(line, `resource="queenlocks"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// A semaphore acquire checks that its owner holds one slot with a list at
+// the version of its own write or later, not with a consistent read:
+// kube-apiserver answers a consistent list only once its watch cache has
+// caught up with etcd's newest revision, and when the newest write was to
+// another kind (an Event, a Lease) that waits for etcd's next progress
+// report, up to 100 ms.
+func TestASemaphoreOwnerCheckWaitsOnlyForItsOwnWrite(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	l := locks.New(env.Client, nil)
+	start := consistentReads(t)
+	if _, err := l.Get(ctx, ns, "own-write"); err != nil {
+		t.Fatal(err)
+	}
+	before := consistentReads(t)
+	if before == start {
+		t.Fatal("a get of a lock's holders was not counted as a consistent read")
+	}
+	a, err := l.Acquire(ctx, ns, "own-write", "a", 30, 3)
+	if err != nil || !a.Acquired {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	if after := consistentReads(t); after != before {
+		t.Fatalf("the acquire made %v consistent reads, want none", after-before)
+	}
 }
 
 func TestStaleTokensOfTheSameOwnerAreCarriedThrough(t *testing.T) {

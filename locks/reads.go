@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
@@ -13,10 +14,27 @@ import (
 )
 
 // list reads every permit of lock in ns, by slot, leaving out permits that
-// are being deleted.
+// are being deleted. The read is consistent: it sees every write that
+// ended before it began.
 func (l *Client) list(ctx context.Context, ns, lock string) (map[int]*locksv1alpha1.QueenLock, error) {
+	return l.listSince(ctx, ns, lock, "")
+}
+
+// listSince is list when the caller needs only the writes up to version
+// since (one of its own): it reads at that version or a later one. The
+// API server answers a consistent list from its watch cache only once the
+// cache has caught up with etcd's newest revision, and when the newest
+// write was to another kind than permits, that waits for etcd's next
+// progress report, which kube-apiserver asks for every 100 ms. A list not
+// older than a permit's own version waits only for that permit's event.
+// Writes after since may or may not show. An empty since is list.
+func (l *Client) listSince(ctx context.Context, ns, lock, since string) (map[int]*locksv1alpha1.QueenLock, error) {
 	var list locksv1alpha1.QueenLockList
-	if err := l.c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
+	opts := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}}
+	if since != "" {
+		opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}})
+	}
+	if err := l.c.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("listing permits of lock %q: %w", lock, err)
 	}
 	bySlot := make(map[int]*locksv1alpha1.QueenLock, len(list.Items))

@@ -35,9 +35,11 @@ type Cached interface {
 	// Permits answers the lock's permits in that watch's cache; false
 	// when there is no cache to read.
 	Permits() ([]locksv1alpha1.QueenLock, bool)
-	// Sleep puts the waiter to sleep without a try, as after a lost one;
-	// false when it must try all the same (it was woken meanwhile).
-	Sleep() bool
+	// Sleep puts the waiter to sleep without a try, as after a lost one,
+	// when the cache showed free slots free or none, and waiters already
+	// woken for a freed slot are trying at least that many; false when it
+	// must try all the same (it was woken meanwhile, or there are fewer).
+	Sleep(free int) bool
 }
 
 // WaitUpTo lets an acquire wait up to d for a slot to free, woken by w.
@@ -63,7 +65,11 @@ const tryTimeout = 15 * time.Second
 // waiter is queued, and the same watch that fills the cache wakes the
 // waiter: a slot that frees after the read wakes it, and a permit of its
 // own owner that the cache has not seen yet (a retry of an acquire that
-// won on another replica) wakes it too, to answer already.
+// won on another replica) wakes it too, to answer already. The same
+// holds when the cache shows a few slots free but as many waiters, woken
+// for slots that freed, are trying already (see the Cached's Sleep): the
+// newcomer would race them for those slots, and the loser's create and
+// list would be spent for nothing.
 //
 // A caller that went away never acquires: each try runs to its end on its
 // own, and a permit won by a try the caller no longer waits for is
@@ -82,7 +88,9 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 	last := false
 	skip := false
 	if c, ok := w.(Cached); ok {
-		skip = l.heldInCache(c, a) && c.Sleep()
+		if free, ok := l.freeInCache(c, a); ok {
+			skip = c.Sleep(free)
+		}
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -114,14 +122,14 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 	}
 }
 
-// heldInCache tells whether c shows every slot that a could take
-// held by a live permit of another owner. Anything else (no cache, a
-// permit of a's owner, one that expired or is being deleted) answers
-// false, and the try is sent.
-func (l *Client) heldInCache(c Cached, a *acquire) bool {
+// freeInCache counts the slots that a could take that c shows free, when
+// every other one is held by a live permit of another owner. Anything
+// else (no cache, a permit of a's owner, one that expired or is being
+// deleted) answers false, and the try is sent.
+func (l *Client) freeInCache(c Cached, a *acquire) (int, bool) {
 	ps, ok := c.Permits()
 	if !ok {
-		return false
+		return 0, false
 	}
 	limit := max(a.limit, 1)
 	now := l.clock.Now()
@@ -131,15 +139,15 @@ func (l *Client) heldInCache(c Cached, a *acquire) bool {
 		switch {
 		case p.Spec.Lock != a.lock:
 		case AnswersAlready(p, a.owner, a.limit):
-			return false
+			return 0, false
 		case int(p.Spec.Slot) >= limit:
 		case !p.DeletionTimestamp.IsZero() || permit.Expired(p, now):
-			return false
+			return 0, false
 		default:
 			held++
 		}
 	}
-	return held >= limit
+	return max(limit-held, 0), true
 }
 
 // AnswersAlready tells whether an acquire of a semaphore of limit for

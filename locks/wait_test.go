@@ -126,6 +126,85 @@ func TestAWaiterThatSkippedItsTryTakesTheSlotThatFrees(t *testing.T) {
 	calls(t, c, "create", "list")
 }
 
+// heldCreate is the real API server, with creates held at a gate until the
+// test opens it: a woken waiter whose try is in flight.
+type heldCreate struct {
+	client.Client
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (h *heldCreate) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	h.entered <- struct{}{}
+	<-h.open
+	return h.Client.Create(ctx, obj, opts...)
+}
+
+// A newcomer that finds a slot free in the cache, while a waiter woken for
+// that slot is trying it, leaves it to that waiter: it sleeps without a
+// call, and the next slot to free wakes it.
+func TestANewcomerLeavesAFreedSlotToTheWaiterWokenForIt(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	l := locks.New(env.Client, nil)
+	var held []locks.Acquired
+	for _, owner := range []string{"a", "b"} {
+		got, err := l.Acquire(ctx, ns, "spoken", owner, 60, 2)
+		if err != nil || !got.Acquired {
+			t.Fatal(got, err)
+		}
+		held = append(held, got)
+	}
+	hub := waiters.NewHub(10, 0, permitsOf(ns))
+	gate := &heldCreate{Client: env.Client, entered: make(chan struct{}, 4), open: make(chan struct{})}
+	woken := make(chan locks.Acquired, 1)
+	go func() {
+		got, err := locks.New(gate, nil).Acquire(ctx, ns, "spoken", "c", 60, 2, locks.WaitUpTo(5*time.Minute, hub))
+		if err != nil {
+			t.Error(err)
+		}
+		woken <- got
+	}()
+	awaitAsleep(t, hub, 1)
+	free := func(h locks.Acquired, owner string) {
+		t.Helper()
+		var p locksv1alpha1.QueenLock
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name("spoken", h.Slot)}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := l.Release(ctx, ns, "spoken", h.Slot, h.Token, owner); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		hub.Gone(&p)
+	}
+	free(held[1], "b")
+	<-gate.entered // the woken waiter's create is in flight
+
+	c := &counting{Client: env.Client}
+	later := make(chan locks.Acquired, 1)
+	go func() {
+		got, err := locks.New(c, nil).Acquire(ctx, ns, "spoken", "d", 60, 2, locks.WaitUpTo(5*time.Minute, hub))
+		if err != nil {
+			t.Error(err)
+		}
+		later <- got
+	}()
+	awaitAsleep(t, hub, 1) // the newcomer, while the woken waiter tries
+	calls(t, c)
+	close(gate.open)
+	if got := <-woken; !got.Acquired || got.Slot != held[1].Slot {
+		t.Fatalf("the woken waiter's answer %+v, want slot %d", got, held[1].Slot)
+	}
+	awaitAsleep(t, hub, 1)
+	calls(t, c) // still asleep: the slot it saw free was taken by the waiter it was left to
+
+	free(held[0], "a")
+	if got := <-later; !got.Acquired || got.Slot != held[0].Slot {
+		t.Fatalf("the newcomer's answer %+v, want slot %d", got, held[0].Slot)
+	}
+	calls(t, c, "create", "list")
+}
+
 // A retry of an acquire that won where the waker's cache has not seen it
 // yet (on another replica, a moment ago) sleeps on the stale cache, and the
 // write of its own permit reaching the cache wakes it to answer already,

@@ -74,6 +74,7 @@ type Waiter struct {
 	limit int
 	c     chan int // the slot that freed, or -1 when it is not known
 	hot   bool     // woken, and has not yet said how its try went
+	aim   int      // while hot, the slot it was woken for, or -1
 	lost  bool     // has lost a try: it sleeps until woken
 	// mine is set when a permit of the waiter's owner was written while
 	// it was awake: its try may have read the lock before, so a lost try
@@ -127,14 +128,32 @@ func (w *Waiter) Permits() ([]locksv1alpha1.QueenLock, bool) {
 }
 
 // Sleep puts the waiter to sleep without a try, as if it had lost one,
-// when its cache showed every slot held. It answers false, and the waiter
-// must try after all, when a wake came since it was queued.
-func (w *Waiter) Sleep() bool {
+// when its cache showed free slots (none, or a few) that waiters woken
+// for a freed slot are already trying at least as many of. It answers
+// false, and the waiter must try after all, when a wake came since it was
+// queued, or when free slots outnumber those waiters.
+//
+// A woken waiter takes its slot, or on losing it lists the lock and takes
+// any slot free then; what frees after that list was read wakes a waiter
+// that is not trying, or is counted missed and retried when the first try
+// ends. So a newcomer that leaves the free slots it saw to them is woken
+// if one stays free, and meanwhile does not spend a create that would
+// most likely fail, and a list, on slots already spoken for.
+func (w *Waiter) Sleep(free int) bool {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.locks[w.k]
 	if q == nil || w.hot || w.mine {
+		return false
+	}
+	aimed := 0
+	for _, o := range q.waiters {
+		if o.hot && o.aim >= 0 {
+			aimed++
+		}
+	}
+	if aimed < free {
 		return false
 	}
 	w.lost = true
@@ -266,7 +285,7 @@ func (h *Hub) wakeWiderLocked(k key, limit int) {
 }
 
 func (w *Waiter) signal(slot int) {
-	w.hot = true
+	w.hot, w.aim = true, slot
 	select {
 	case w.c <- slot:
 	default:

@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 )
@@ -87,13 +90,15 @@ func freeAddr(t *testing.T) string {
 
 // startMakeDev runs make dev in a process group of its own, as a shell
 // runs a foreground job, and waits until its route answers. It answers the
-// process group and what runs in it below make.
-func startMakeDev(t *testing.T) (cmd *exec.Cmd, procs []proc, exited <-chan error, logPath string) {
+// process group, what runs in it below make, and make dev's directory (its
+// kubeconfig).
+func startMakeDev(t *testing.T) (cmd *exec.Cmd, procs []proc, exited <-chan error, logPath, dir string) {
 	t.Helper()
 	addr := freeAddr(t)
+	dir = t.TempDir()
 	cmd = exec.Command("make", "--no-print-directory", "dev")
 	cmd.Dir = controlplane.Root()
-	cmd.Env = append(os.Environ(), "QUEEN_LOCKS_DEV_ROUTE_ADDRESS="+addr, "QUEEN_LOCKS_DEV_DIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "QUEEN_LOCKS_DEV_ROUTE_ADDRESS="+addr, "QUEEN_LOCKS_DEV_DIR="+dir)
 	log, err := os.Create(filepath.Join(t.TempDir(), "make-dev.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +149,7 @@ func startMakeDev(t *testing.T) (cmd *exec.Cmd, procs []proc, exited <-chan erro
 	if !names["etcd"] || !names["kube-apiserver"] {
 		t.Fatalf("make dev runs %v, want etcd and kube-apiserver among them", procs)
 	}
-	return cmd, procs, exited, log.Name()
+	return cmd, procs, exited, log.Name(), dir
 }
 
 // awaitOutput waits until make dev has printed want.
@@ -216,10 +221,25 @@ func skipUnlessControlPlane(t *testing.T) {
 // A SIGTERM to make dev's whole process group, as a service manager or a
 // closing terminal sends, reaches the dev process from the kernel and from
 // make; one more while it stops (say, the service manager's second) does
-// not cut the stopping short.
+// not cut the stopping short. Before that: the roles the docs bind a
+// namespace's users to are installed.
 func TestSIGTERMToTheProcessGroupStopsEverything(t *testing.T) {
 	skipUnlessControlPlane(t)
-	cmd, procs, exited, log := startMakeDev(t)
+	cmd, procs, exited, log, dir := startMakeDev(t)
+	// What the docs have a namespace's users bound to is there to bind.
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"queen-locks-holder", "queen-locks-viewer"} {
+		if _, err := cs.RbacV1().ClusterRoles().Get(context.Background(), role, metav1.GetOptions{}); err != nil {
+			t.Errorf("ClusterRole %s: %v", role, err)
+		}
+	}
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +252,7 @@ func TestSIGTERMToTheProcessGroupStopsEverything(t *testing.T) {
 // must not cut the stopping short.
 func TestCtrlCTwiceStopsEverything(t *testing.T) {
 	skipUnlessControlPlane(t)
-	cmd, procs, exited, log := startMakeDev(t)
+	cmd, procs, exited, log, _ := startMakeDev(t)
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

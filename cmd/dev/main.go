@@ -81,6 +81,14 @@ func run(stop <-chan struct{}, addr, ns, dir string) error {
 			fmt.Fprintln(os.Stderr, "stopping:", err)
 		}
 	}()
+	// The roles the docs bind a namespace's users to, as the chart
+	// installs them. Their aggregation into edit and view needs
+	// kube-controller-manager, which does not run here: bind them by name.
+	for _, f := range []string{"config/rbac/holder_role.yaml", "config/rbac/viewer_role.yaml"} {
+		if err := env.ApplyFile(f); err != nil {
+			return err
+		}
+	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -93,6 +101,7 @@ queen-locks is running.
   API server:  %s
   kubeconfig:  %s    (kubectl --kubeconfig %s get queenlocks -A)
   route:       http://%s/api/v1/locks  (auth none, namespace %s)
+  roles:       queen-locks-holder, queen-locks-viewer (bind them in a namespace)
 Ctrl-C stops it all.
 `, env.Config.Host, kubeconfig, kubeconfig, addr, ns)
 	select {

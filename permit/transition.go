@@ -119,6 +119,13 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	if old != nil && old.DeletionTimestamp != nil {
 		return false, finishDelete(old, obj)
 	}
+	if old != nil {
+		// Before the fields: a new slot or lock would otherwise be told
+		// as out of range, or as a wrong object name.
+		if errs := validateImmutable(old, obj); len(errs) > 0 {
+			return false, invalid(errs)
+		}
+	}
 	if errs := ValidateSpec(obj); len(errs) > 0 {
 		return false, invalid(errs)
 	}
@@ -317,18 +324,25 @@ func validateCreateMeta(obj *locksv1alpha1.QueenLock) field.ErrorList {
 	return errs
 }
 
+// validateImmutable refuses a new lock or slot: the object's name is
+// made of them, and each slot is an object of its own.
+func validateImmutable(old, obj *locksv1alpha1.QueenLock) field.ErrorList {
+	var errs field.ErrorList
+	if obj.Spec.Lock != old.Spec.Lock {
+		errs = append(errs, field.Invalid(specPath.Child("lock"), obj.Spec.Lock, fmt.Sprintf("is immutable (%q): the lock and slot make the permit's name", old.Spec.Lock)))
+	}
+	if obj.Spec.Slot != old.Spec.Slot {
+		errs = append(errs, field.Invalid(specPath.Child("slot"), obj.Spec.Slot, fmt.Sprintf("is immutable (%d): each slot is a permit of its own", old.Spec.Slot)))
+	}
+	return errs
+}
+
 // validateUpdate refuses every change that is not part of a transition:
 // every write changes the token, so labels, annotations, finalizers and owner
 // references stay as they were, and lock and slot never change.
 func validateUpdate(old, obj *locksv1alpha1.QueenLock) error {
-	var errs field.ErrorList
+	errs := validateImmutable(old, obj)
 	meta := field.NewPath("metadata")
-	if obj.Spec.Lock != old.Spec.Lock {
-		errs = append(errs, field.Invalid(specPath.Child("lock"), obj.Spec.Lock, "is immutable"))
-	}
-	if obj.Spec.Slot != old.Spec.Slot {
-		errs = append(errs, field.Invalid(specPath.Child("slot"), obj.Spec.Slot, "is immutable"))
-	}
 	if !maps.Equal(obj.Labels, old.Labels) {
 		errs = append(errs, field.Forbidden(meta.Child("labels"), "may not change: every write to a permit changes its token, so only lock transitions may write it"))
 	}

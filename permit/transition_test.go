@@ -123,6 +123,26 @@ func TestValidateSpecNamesTheField(t *testing.T) {
 	}
 }
 
+// A new lock or slot is told as what it is, not as the slot out of range
+// or the object name it no longer matches.
+func TestStampSaysLockAndSlotAreImmutable(t *testing.T) {
+	for _, c := range []struct {
+		edit func(*locksv1alpha1.QueenLock)
+		want string
+	}{
+		{func(p *locksv1alpha1.QueenLock) { p.Spec.Lock = "other" }, `spec.lock: Invalid value: "other": is immutable ("daily-report")`},
+		{func(p *locksv1alpha1.QueenLock) { p.Spec.Slot = 1 }, "spec.slot: Invalid value: 1: is immutable (0)"},
+	} {
+		old := stamped(t, lockObj("cron-7", 30), t0)
+		obj := old.DeepCopy()
+		c.edit(obj)
+		_, err := Stamp(old, obj, t0.Add(time.Second), 0, Caller{})
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "metadata.name") || strings.Contains(err.Error(), "limit-1") {
+			t.Errorf("err = %v, want only %q", err, c.want)
+		}
+	}
+}
+
 func TestFormatTime(t *testing.T) {
 	if got := FormatTime(t0.Add(1500 * time.Microsecond)); got != "2026-12-02T10:00:00.001500Z" {
 		t.Fatalf("FormatTime = %q", got)

@@ -102,7 +102,7 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 	caller.Manager = req.UserInfo.Username == h.Self // the route, writing for a caller it verified
 	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, caller)
 	if err != nil {
-		return deny(err)
+		return deny(err, obj.Name)
 	}
 	if !stamped {
 		if sent.dropManagedFields {
@@ -257,10 +257,12 @@ func (h *QueenLock) decode(req admission.Request) (old, obj *locksv1alpha1.Queen
 	return old, obj, resp
 }
 
-// deny turns a refusal into an admission denial. A lost race is a 409 whose
-// Status reason is the contract's reason (held or lost), so that callers can
-// tell it from an invalid object, which is a 422 naming each field.
-func deny(err error) admission.Response {
+// deny turns a refusal of a write to permit name into an admission denial.
+// A lost race is a 409 whose Status reason is the contract's reason (held
+// or lost), so that callers can tell it from an invalid object, which is a
+// 422 naming each field. The name goes into the details, from which kubectl
+// writes "The QueenLock "name" is invalid".
+func deny(err error, name string) admission.Response {
 	var r *permit.Refusal
 	if !errors.As(err, &r) {
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -270,7 +272,7 @@ func deny(err error) admission.Response {
 		Message: r.Error(),
 		Code:    http.StatusUnprocessableEntity,
 		Reason:  metav1.StatusReasonInvalid,
-		Details: &metav1.StatusDetails{Group: locksv1alpha1.GroupVersion.Group, Kind: "QueenLock"},
+		Details: &metav1.StatusDetails{Name: name, Group: locksv1alpha1.GroupVersion.Group, Kind: "QueenLock"},
 	}
 	if r.Reason != "" {
 		status.Code = http.StatusConflict

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,8 +212,14 @@ func TestNonTransitionWritesAreRefused(t *testing.T) {
 	}
 	edit := p.DeepCopy()
 	edit.Labels["team"] = "x"
-	if err := env.Client.Update(ctx, edit); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.labels") {
+	err := env.Client.Update(ctx, edit)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.labels") {
 		t.Fatalf("label edit: %v, want invalid naming metadata.labels", err)
+	}
+	// kubectl writes the refusal as The QueenLock "meta.0" is invalid.
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil || status.Status().Details.Name != "meta.0" {
+		t.Fatalf("label edit: the refusal's details %+v name no permit, want meta.0", status)
 	}
 	edit = p.DeepCopy()
 	edit.Annotations = map[string]string{"note": "x"}

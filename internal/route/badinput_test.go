@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/queen-locks/queen-locks/internal/route"
 )
 
 // Every malformed call is refused whole with 400, names what is wrong, and
@@ -52,6 +54,9 @@ func TestBadInputIsRefusedWholeAndAppliesNothing(t *testing.T) {
 		{"unknown field", `{"op":"get","name":"x","ttlSeconds":30}`, "ttlSeconds", "unknown field"},
 		{"slot on acquire", `{"op":"acquire","name":"x","ttlSeconds":30,"slot":1}`, "slot", "unknown field"},
 		{"operation not an object", `"get"`, "", "JSON object"},
+		{"name with a lone surrogate", `{"op":"acquire","name":"a\ud800b","ttlSeconds":30}`, "name", "lone UTF-16 surrogate"},
+		{"owner with a lone low surrogate", `{"op":"acquire","name":"o","ttlSeconds":30,"owner":"a\uDFFFb"}`, "owner", "lone UTF-16 surrogate"},
+		{"a field given twice", `{"op":"get","name":"l","name":"m"}`, "", `field "name" is given twice`},
 		{"duplicate names", acquire("dup", "x", 30, 0) + "," + `{"op":"get","name":"dup"}`, "name", "duplicate lock name"},
 		{"65 operations", strings.Join(many, ","), "operations", "1 to 64"},
 		{"over 4096 slots", strings.Join(overSlots, ","), "limit", "4096 slots"},
@@ -88,6 +93,7 @@ func TestBadInputIsRefusedWholeAndAppliesNothing(t *testing.T) {
 		"unknown top-level":      `{"operations":[{"op":"get","name":"x"}],"ns":"x"}`,
 		"bad namespace":          `{"namespace":"Not_A_Namespace","operations":[` + valid + `]}`,
 		"namespace not a string": `{"namespace":5,"operations":[` + valid + `]}`,
+		"operations given twice": `{"operations":[{"op":"get","name":"x"}],"operations":[` + valid + `]}`,
 	} {
 		if code, out := call(t, devURL, "", body); code != http.StatusBadRequest || out["error"] == nil {
 			t.Errorf("%s: answered %d: %v", name, code, out)
@@ -113,5 +119,18 @@ func TestInvalidUTF8IsRefusedNotReplaced(t *testing.T) {
 	}
 	if n := len(permits(t, ns)); n != 0 {
 		t.Fatalf("%d permits stored", n)
+	}
+	// U+FFFD sent as itself or escaped, and a surrogate pair, are names
+	// like any other: only a lone surrogate is refused.
+	for raw, want := range map[string]string{
+		`a\ufffdb`:      "a\uFFFDb",
+		`a\uFFFDb`:      "a\uFFFDb",
+		"a\uFFFDb":      "a\uFFFDb",
+		`x\ud83d\ude00`: "x\U0001F600",
+	} {
+		req, bad := route.Decode([]byte(`{"operations":[{"op":"get","name":"` + raw + `"}]}`))
+		if bad != nil || req.Operations[0].Name != want {
+			t.Errorf("name %s: %+v %v, want %q", raw, req, bad, want)
+		}
 	}
 }

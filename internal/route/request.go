@@ -91,12 +91,13 @@ func Decode(body []byte) (*Request, *BadRequest) {
 	if !utf8.Valid(body) {
 		return nil, bad(-1, "", "the body is not valid UTF-8")
 	}
-	var top map[string]json.RawMessage
-	if err := strictUnmarshal(body, &top); err != nil {
+	var whole json.RawMessage
+	if err := strictUnmarshal(body, &whole); err != nil {
 		return nil, bad(-1, "", "invalid JSON: %v", err)
 	}
-	if top == nil {
-		return nil, bad(-1, "", "the body must be a JSON object with an operations array")
+	top, err := object(whole)
+	if err != nil {
+		return nil, bad(-1, "", "the body must be a JSON object with an operations array: %v", err)
 	}
 	for _, k := range sortedKeys(top) {
 		if k != "namespace" && k != "operations" {
@@ -146,9 +147,9 @@ func Decode(body []byte) (*Request, *BadRequest) {
 }
 
 func decodeOp(i int, raw json.RawMessage) (Operation, *BadRequest) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return Operation{}, bad(i, "", "must be a JSON object")
+	m, err := object(raw)
+	if err != nil {
+		return Operation{}, bad(i, "", "must be a JSON object: %v", err)
 	}
 	opRaw, ok := m["op"]
 	if !ok {
@@ -233,7 +234,49 @@ func str(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("must be a string: %w", err)
 	}
+	// encoding/json turns an escaped lone UTF-16 surrogate ("\ud800")
+	// into U+FFFD, so that different names would come out as one; the
+	// body was checked to be valid UTF-8, so more U+FFFD out than sent in
+	// (as the character itself or escaped) means one was replaced.
+	if sent := strings.Count(string(raw), "\uFFFD") + countFold(string(raw), `\ufffd`); strings.Count(s, "\uFFFD") > sent {
+		return "", fmt.Errorf(`must be a string of valid Unicode: a \u escape of a lone UTF-16 surrogate (\ud800 to \udfff not in a pair) names no character`)
+	}
 	return s, nil
+}
+
+// countFold counts the occurrences of sub in s, ignoring ASCII case.
+func countFold(s, sub string) int {
+	return strings.Count(strings.ToLower(s), strings.ToLower(sub))
+}
+
+// object reads a JSON object's members. Unlike a decode into a map, it
+// refuses a name given twice, which would otherwise keep the last value
+// and drop the first without a word.
+func object(raw json.RawMessage) (map[string]json.RawMessage, error) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, fmt.Errorf("got %s", describe(raw))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // {
+		return nil, err
+	}
+	m := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, _ := t.(string)
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("field %q is given twice", k)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		m[k] = v
+	}
+	return m, nil
 }
 
 // integer reads a JSON whole number within [lo, hi]. A fraction, an exponent,

@@ -85,13 +85,27 @@ type httpTransport struct {
 	tokenOptional bool
 
 	noWait atomic.Bool // the route refused waitSeconds: poll instead
+	// answeredNS is the namespace the route's last guard named, for a
+	// transport that sends none and lets the route take the token's (or
+	// its default).
+	answeredNS atomic.Pointer[string]
 
 	mu     sync.Mutex
 	client *http.Client // o.Client, or a copy trusting the CAs in ca
 	ca     []byte       // the CA file's content client trusts
 }
 
-func (h *httpTransport) Namespace() string { return h.o.Namespace }
+// Namespace is the namespace the calls go to: the one sent, or else the one
+// the route last answered it took; empty before any answer.
+func (h *httpTransport) Namespace() string {
+	if h.o.Namespace != "" {
+		return h.o.Namespace
+	}
+	if ns := h.answeredNS.Load(); ns != nil {
+		return *ns
+	}
+	return ""
+}
 
 // httpClient is the client to call with: one trusting the CA file's
 // current content. Reading the file at every call costs little beside the
@@ -200,6 +214,9 @@ func (h *httpTransport) call(ctx context.Context, op map[string]any) (routeapi.R
 	var out routeapi.Response
 	if err := json.Unmarshal(data, &out); err != nil || len(out.Results) != 1 {
 		return routeapi.Result{}, fmt.Errorf("the route answered something that is not one result: %q", data)
+	}
+	if g := out.Results[0].Guard; g != nil && g.Namespace != "" {
+		h.answeredNS.Store(&g.Namespace)
 	}
 	return out.Results[0], nil
 }

@@ -214,6 +214,11 @@ func TestHeldExitCodeAndScripts(t *testing.T) {
 		if err != nil || json.Unmarshal(out, &r) != nil || r["acquired"] != true || r["owner"] != "me" {
 			t.Fatalf("acquire: %v %s", err, out)
 		}
+		// Over the route no namespace is sent: the guard names the one
+		// the route took.
+		if g, _ := r["guard"].(map[string]any); g["namespace"] != ns {
+			t.Fatalf("acquire's guard %v, want namespace %q", r["guard"], ns)
+		}
 		token := strconv.FormatFloat(r["token"].(float64), 'f', 0, 64)
 		marker := filepath.Join(t.TempDir(), "ran")
 		err = cmd("run", "batch", conn, "--ttl", "30s", "--held-exit-code", "9", "--", "touch", marker).Run()

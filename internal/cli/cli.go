@@ -98,7 +98,9 @@ func Main(ctx context.Context, e Env) int {
 	var ue *usageErr
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.Stderr, "queenlock %s: %v\n\n%s", cmd, err, usage)
+		// The mistake alone, not the whole usage after it, where it would
+		// scroll out of sight.
+		fmt.Fprintf(e.Stderr, "queenlock %s: %v\nRun queenlock help for the commands and their flags.\n", cmd, err)
 		return ExitUsage
 	case err != nil:
 		fmt.Fprintf(e.Stderr, "queenlock %s: %v\n", cmd, err)

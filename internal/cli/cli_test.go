@@ -262,8 +262,9 @@ func TestUsageErrors(t *testing.T) {
 		c := exec.Command(queenlock, args...)
 		c.Env = append(os.Environ(), "QUEEN_LOCKS_URL=", "KUBERNETES_SERVICE_HOST=")
 		out, err := c.CombinedOutput()
-		if exitCode(err) != 2 || !strings.Contains(string(out), "Usage:") {
-			t.Errorf("%q: exit %d, %s", args, exitCode(err), out)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if exitCode(err) != 2 || len(lines) != 2 || !strings.HasPrefix(lines[0], "queenlock "+args[0]+": ") || !strings.Contains(lines[1], "queenlock help") {
+			t.Errorf("%q: exit %d, want the mistake and where to read usage:\n%s", args, exitCode(err), out)
 		}
 	}
 }

@@ -202,6 +202,8 @@ type summary struct {
 	// kube-apiserver CPU ms per renew by held permits: through the route,
 	// Leases by merge patch and by update, the CRD copy.
 	renewCPU, leaseCPU, leaseUpdateCPU, floorCPU map[int]float64
+	// The semaphore's handoff gaps, with waitSeconds and polling.
+	semWait, semPoll *gaps
 }
 
 // section is one part of the report.

@@ -36,10 +36,10 @@ type Cached interface {
 	// when there is no cache to read.
 	Permits() ([]locksv1alpha1.QueenLock, bool)
 	// Sleep puts the waiter to sleep without a try, as after a lost one,
-	// when the cache showed free slots free or none, and waiters already
-	// woken for a freed slot are trying at least that many; false when it
-	// must try all the same (it was woken meanwhile, or there are fewer).
-	Sleep(free int) bool
+	// when each slot that the cache showed free (none, or a few) is being
+	// tried by a waiter woken for it; false when it must try all the same
+	// (it was woken meanwhile, or a free slot has no such waiter).
+	Sleep(free []int) bool
 }
 
 // WaitUpTo lets an acquire wait up to d for a slot to free, woken by w.
@@ -66,10 +66,10 @@ const tryTimeout = 15 * time.Second
 // waiter: a slot that frees after the read wakes it, and a permit of its
 // own owner that the cache has not seen yet (a retry of an acquire that
 // won on another replica) wakes it too, to answer already. The same
-// holds when the cache shows a few slots free but as many waiters, woken
-// for slots that freed, are trying already (see the Cached's Sleep): the
-// newcomer would race them for those slots, and the loser's create and
-// list would be spent for nothing.
+// holds when the cache shows a few slots free but each is being tried by
+// a waiter woken for that slot (see the Cached's Sleep): the newcomer
+// would race them for those slots, and the loser's create and list would
+// be spent for nothing.
 //
 // A caller that went away never acquires: each try runs to its end on its
 // own, and a permit won by a try the caller no longer waits for is
@@ -122,32 +122,38 @@ func (l *Client) acquireWaiting(ctx context.Context, a *acquire) (Acquired, erro
 	}
 }
 
-// freeInCache counts the slots that a could take that c shows free, when
+// freeInCache answers the slots that a could take that c shows free, when
 // every other one is held by a live permit of another owner. Anything
 // else (no cache, a permit of a's owner, one that expired or is being
 // deleted) answers false, and the try is sent.
-func (l *Client) freeInCache(c Cached, a *acquire) (int, bool) {
+func (l *Client) freeInCache(c Cached, a *acquire) ([]int, bool) {
 	ps, ok := c.Permits()
 	if !ok {
-		return 0, false
+		return nil, false
 	}
 	limit := max(a.limit, 1)
 	now := l.clock.Now()
-	held := 0
+	held := make([]bool, limit)
 	for i := range ps {
 		p := &ps[i]
 		switch {
 		case p.Spec.Lock != a.lock:
 		case AnswersAlready(p, a.owner, a.limit):
-			return 0, false
-		case int(p.Spec.Slot) >= limit:
+			return nil, false
+		case p.Spec.Slot < 0 || int(p.Spec.Slot) >= limit:
 		case !p.DeletionTimestamp.IsZero() || permit.Expired(p, now):
-			return 0, false
+			return nil, false
 		default:
-			held++
+			held[p.Spec.Slot] = true
 		}
 	}
-	return max(limit-held, 0), true
+	var free []int
+	for slot, h := range held {
+		if !h {
+			free = append(free, slot)
+		}
+	}
+	return free, true
 }
 
 // AnswersAlready tells whether an acquire of a semaphore of limit for

@@ -17,6 +17,7 @@
 package waiters
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,18 +129,20 @@ func (w *Waiter) Permits() ([]locksv1alpha1.QueenLock, bool) {
 }
 
 // Sleep puts the waiter to sleep without a try, as if it had lost one,
-// when its cache showed free slots (none, or a few) that waiters woken
-// for a freed slot are already trying at least as many of. It answers
-// false, and the waiter must try after all, when a wake came since it was
-// queued, or when free slots outnumber those waiters.
+// when each of the free slots its cache showed (none, or a few) is being
+// tried by a waiter woken for that very slot. It answers false, and the
+// waiter must try after all, when a wake came since it was queued, or
+// when a free slot has no such waiter.
 //
 // A woken waiter takes its slot, or on losing it lists the lock and takes
 // any slot free then; what frees after that list was read wakes a waiter
 // that is not trying, or is counted missed and retried when the first try
 // ends. So a newcomer that leaves the free slots it saw to them is woken
 // if one stays free, and meanwhile does not spend a create that would
-// most likely fail, and a list, on slots already spoken for.
-func (w *Waiter) Sleep(free int) bool {
+// most likely fail, and a list, on slots already spoken for. The count is
+// by slot, not by waiter: a waiter may be woken for a slot its own try has
+// taken meanwhile, or two wakes may name one slot.
+func (w *Waiter) Sleep(free []int) bool {
 	h := w.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -147,14 +150,10 @@ func (w *Waiter) Sleep(free int) bool {
 	if q == nil || w.hot || w.mine {
 		return false
 	}
-	aimed := 0
-	for _, o := range q.waiters {
-		if o.hot && o.aim >= 0 {
-			aimed++
+	for _, slot := range free {
+		if !slices.ContainsFunc(q.waiters, func(o *Waiter) bool { return o.hot && o.aim == slot }) {
+			return false
 		}
-	}
-	if aimed < free {
-		return false
 	}
 	w.lost = true
 	if q.missed > 0 {

@@ -277,7 +277,7 @@ func TestSleepRefusesAWokenWaiter(t *testing.T) {
 	h := NewHub(10, 0, nil)
 	w, _ := h.Wait("ns", "l", "a", 1)
 	h.Gone(permitOf("l", time.Now()))
-	if w.(locks.Cached).Sleep(0) {
+	if w.(locks.Cached).Sleep(nil) {
 		t.Fatal("a woken waiter went to sleep")
 	}
 	if !signalled(w) {
@@ -285,25 +285,29 @@ func TestSleepRefusesAWokenWaiter(t *testing.T) {
 	}
 	w.Tried(false, -1)
 	other, _ := h.Wait("ns", "l", "b", 1)
-	if !other.(locks.Cached).Sleep(0) || h.Asleep() != 2 {
+	if !other.(locks.Cached).Sleep(nil) || h.Asleep() != 2 {
 		t.Fatalf("a waiter nobody woke did not sleep: %d asleep", h.Asleep())
 	}
 	w.Done()
 	other.Done()
 }
 
-// A newcomer sleeps on free slots only while at least as many waiters,
-// woken for a slot that freed, are trying: a waiter woken without a slot
-// (a missed wake, a permit of its own owner) speaks for no slot.
+// A newcomer sleeps on free slots only while each has a waiter woken for
+// that slot trying it: a waiter woken for no slot (a missed wake, a permit
+// of its own owner), or for a slot that is not among the free ones (its
+// own try took it meanwhile), speaks for none.
 func TestSleepLeavesFreeSlotsOnlyToWaitersWokenForThem(t *testing.T) {
 	h := NewHub(10, 0, nil)
 	aimed, _ := h.Wait("ns", "s", "a", 4)
 	h.Gone(permitOf("s", time.Now())) // slot 0 freed: aimed tries it
 	newcomer, _ := h.Wait("ns", "s", "b", 4)
-	if newcomer.(locks.Cached).Sleep(2) {
+	if newcomer.(locks.Cached).Sleep([]int{0, 1}) {
 		t.Fatal("a newcomer slept on two free slots with one waiter trying")
 	}
-	if !newcomer.(locks.Cached).Sleep(1) {
+	if newcomer.(locks.Cached).Sleep([]int{1}) {
+		t.Fatal("a newcomer slept on a free slot that the woken waiter is not trying (its own try took another)")
+	}
+	if !newcomer.(locks.Cached).Sleep([]int{0}) {
 		t.Fatal("a newcomer tried a free slot that a woken waiter is trying")
 	}
 	aimed.Tried(true, 0)
@@ -311,7 +315,7 @@ func TestSleepLeavesFreeSlotsOnlyToWaitersWokenForThem(t *testing.T) {
 	h.Seen(&locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s.1"},
 		Spec: locksv1alpha1.QueenLockSpec{Lock: "s", Owner: "c", Slot: 1}}) // unaimed's own permit: it tries to answer already
 	late, _ := h.Wait("ns", "s", "d", 4)
-	if late.(locks.Cached).Sleep(1) {
+	if late.(locks.Cached).Sleep([]int{2}) {
 		t.Fatal("a waiter woken for no slot was counted as trying a free one")
 	}
 	for _, w := range []locks.Waiter{aimed, newcomer, unaimed, late} {
@@ -326,7 +330,7 @@ func TestAWakeDuringAWinningTryIsPassedOn(t *testing.T) {
 	h := NewHub(10, 0, nil)
 	trying, _ := h.Wait("ns", "s", "a", 4)
 	asleep, _ := h.Wait("ns", "s", "b", 4)
-	asleep.(locks.Cached).Sleep(0)
+	asleep.(locks.Cached).Sleep(nil)
 	h.Gone(permitOf("s", time.Now())) // goes to trying, first in line and not yet woken
 	if signalled(asleep) {
 		t.Fatal("the wake went past the first in line")

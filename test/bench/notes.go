@@ -173,8 +173,8 @@ a manager restart's return: ` + "`make bench-scale`" + `, which writes
   run later that day still found 123 first tries that failed against 196
   handoffs: arrivals that saw a slot free for a moment, while the waiter
   woken for it was already trying it, and raced it from their preferred
-  slot. Such an arrival now sleeps too, when the replica's waiters woken
-  for a freed slot are at least as many as the free slots it sees. Two
+  slot. Such an arrival now sleeps too, when each free slot it sees is
+  being tried by a waiter the replica woke for that slot. Two
   runs of this section on a quiet machine went from p50 16 ms, p99 74 ms
   (polling 16 and 85 ms) to p50 10 ms, p99 31 ms (polling 16 and 98 ms).
   The same day the owner check of a semaphore acquire (a list after its

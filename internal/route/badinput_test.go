@@ -56,6 +56,8 @@ func TestBadInputIsRefusedWholeAndAppliesNothing(t *testing.T) {
 		{"operation not an object", `"get"`, "", "JSON object"},
 		{"name with a lone surrogate", `{"op":"acquire","name":"a\ud800b","ttlSeconds":30}`, "name", "lone UTF-16 surrogate"},
 		{"owner with a lone low surrogate", `{"op":"acquire","name":"o","ttlSeconds":30,"owner":"a\uDFFFb"}`, "owner", "lone UTF-16 surrogate"},
+		{"a lone surrogate after an escaped backslash", `{"op":"acquire","name":"a\\ufffd\ud800","ttlSeconds":30}`, "name", "lone UTF-16 surrogate"},
+		{"a high surrogate before a non-surrogate", `{"op":"acquire","name":"a\ud800\u0041","ttlSeconds":30}`, "name", "lone UTF-16 surrogate"},
 		{"a field given twice", `{"op":"get","name":"l","name":"m"}`, "", `field "name" is given twice`},
 		{"duplicate names", acquire("dup", "x", 30, 0) + "," + `{"op":"get","name":"dup"}`, "name", "duplicate lock name"},
 		{"65 operations", strings.Join(many, ","), "operations", "1 to 64"},
@@ -127,6 +129,7 @@ func TestInvalidUTF8IsRefusedNotReplaced(t *testing.T) {
 		`a\uFFFDb`:      "a\uFFFDb",
 		"a\uFFFDb":      "a\uFFFDb",
 		`x\ud83d\ude00`: "x\U0001F600",
+		`a\\ud800`:      `a\ud800`,
 	} {
 		req, bad := route.Decode([]byte(`{"operations":[{"op":"get","name":"` + raw + `"}]}`))
 		if bad != nil || req.Operations[0].Name != want {

@@ -234,19 +234,46 @@ func str(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("must be a string: %w", err)
 	}
-	// encoding/json turns an escaped lone UTF-16 surrogate ("\ud800")
-	// into U+FFFD, so that different names would come out as one; the
-	// body was checked to be valid UTF-8, so more U+FFFD out than sent in
-	// (as the character itself or escaped) means one was replaced.
-	if sent := strings.Count(string(raw), "\uFFFD") + countFold(string(raw), `\ufffd`); strings.Count(s, "\uFFFD") > sent {
+	if loneSurrogate(raw) {
 		return "", fmt.Errorf(`must be a string of valid Unicode: a \u escape of a lone UTF-16 surrogate (\ud800 to \udfff not in a pair) names no character`)
 	}
 	return s, nil
 }
 
-// countFold counts the occurrences of sub in s, ignoring ASCII case.
-func countFold(s, sub string) int {
-	return strings.Count(strings.ToLower(s), strings.ToLower(sub))
+// loneSurrogate tells whether the JSON string raw escapes half of a UTF-16
+// surrogate pair without the other half. encoding/json turns such an
+// escape into U+FFFD, so that different names would come out as one; the
+// body is valid UTF-8 (checked first), so escapes are the only way in.
+func loneSurrogate(raw json.RawMessage) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // a two-character escape, \\ among them
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if lo, ok := hex4(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+				i += 11
+				continue
+			}
+			return true
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		}
+		i += 5
+	}
+	return false
 }
 
 // object reads a JSON object's members. Unlike a decode into a map, it

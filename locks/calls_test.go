@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -181,6 +182,34 @@ func TestASemaphoreOwnerCheckWaitsOnlyForItsOwnWrite(t *testing.T) {
 	if after := consistentReads(t); after != before {
 		t.Fatalf("the acquire made %v consistent reads, want none", after-before)
 	}
+}
+
+// laggingCache is the real API server behind a watch cache that never
+// catches up: a list at a version answers what kube-apiserver answers
+// after holding it 3 s, a 504 (too large resource version).
+type laggingCache struct{ *counting }
+
+func (l laggingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	o := (&client.ListOptions{}).ApplyOptions(opts)
+	if o.Raw != nil && o.Raw.ResourceVersionMatch == metav1.ResourceVersionMatchNotOlderThan {
+		l.note("list at a version")
+		return apierrors.NewTimeoutError("Too large resource version: 999999999, current: 1", 1)
+	}
+	return l.counting.List(ctx, list, opts...)
+}
+
+// When kube-apiserver's watch cache lags, the owner check falls back to a
+// consistent list, which kube-apiserver can serve from etcd, rather than
+// failing the acquire.
+func TestASemaphoreOwnerCheckReadsConsistentlyWhenTheWatchCacheLags(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	c := &counting{Client: env.Client}
+	a, err := locks.New(laggingCache{c}, nil).Acquire(ctx, ns, "lagging", "a", 30, 3)
+	if err != nil || !a.Acquired {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	calls(t, c, "create", "list at a version", "list")
 }
 
 func TestStaleTokensOfTheSameOwnerAreCarriedThrough(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +18,7 @@ import (
 // are being deleted. The read is consistent: it sees every write that
 // ended before it began.
 func (l *Client) list(ctx context.Context, ns, lock string) (map[int]*locksv1alpha1.QueenLock, error) {
-	return l.listSince(ctx, ns, lock, "")
+	return l.listWith(ctx, ns, lock)
 }
 
 // listSince is list when the caller needs only the writes up to version
@@ -28,12 +29,30 @@ func (l *Client) list(ctx context.Context, ns, lock string) (map[int]*locksv1alp
 // progress report, which kube-apiserver asks for every 100 ms. A list not
 // older than a permit's own version waits only for that permit's event.
 // Writes after since may or may not show. An empty since is list.
+//
+// A watch cache that is far behind holds such a list for 3 s and then
+// answers 504, with no fallback to etcd (a consistent list has one), and
+// client-go would retry it: after sinceTimeout the list is read
+// consistently instead.
 func (l *Client) listSince(ctx context.Context, ns, lock, since string) (map[int]*locksv1alpha1.QueenLock, error) {
-	var list locksv1alpha1.QueenLockList
-	opts := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}}
 	if since != "" {
-		opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}})
+		sctx, cancel := context.WithTimeout(ctx, sinceTimeout)
+		bySlot, err := l.listWith(sctx, ns, lock, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}})
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return bySlot, err
+		}
 	}
+	return l.listWith(ctx, ns, lock)
+}
+
+// sinceTimeout bounds a list at a version: kube-apiserver's 3 s wait for
+// its watch cache, and a little more.
+const sinceTimeout = 4 * time.Second
+
+func (l *Client) listWith(ctx context.Context, ns, lock string, extra ...client.ListOption) (map[int]*locksv1alpha1.QueenLock, error) {
+	var list locksv1alpha1.QueenLockList
+	opts := append([]client.ListOption{client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}}, extra...)
 	if err := l.c.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("listing permits of lock %q: %w", lock, err)
 	}

@@ -189,11 +189,15 @@ func (f *fleet) grow(n int) error {
 			defer func() { <-sem }()
 			name := fmt.Sprint("renew-", i)
 			// An acquire the API server did not carry out (503 from an
-			// overloaded machine) is sent again, as the route asks: the
+			// overloaded machine), or that a saturated route turned away
+			// (429), is sent again after a pause, as the route asks: the
 			// same owner converges on the same permit.
 			var tok uint64
 			var err error
-			for try := 0; try < 3; try++ {
+			for try := range 6 {
+				if try > 0 {
+					time.Sleep(time.Duration(try) * 250 * time.Millisecond)
+				}
 				if tok, err = f.h.acquire(ctx, name); err == nil {
 					break
 				}

@@ -88,42 +88,64 @@ func TestAWaiterTheCacheShowsHeldSendsNoFirstTry(t *testing.T) {
 // A waiter that skipped its first try is woken by the slot that frees, and
 // takes it.
 func TestAWaiterThatSkippedItsTryTakesTheSlotThatFrees(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t)
 	l := locks.New(env.Client, nil)
-	var held []locks.Acquired
-	for _, owner := range []string{"a", "b"} {
-		got, err := l.Acquire(ctx, ns, "frees", owner, 60, 2)
-		if err != nil || !got.Acquired {
-			t.Fatal(got, err)
-		}
-		held = append(held, got)
-	}
+	held := holdEvery(t, l, ns, "frees", "a", "b")
 	c := &counting{Client: env.Client}
 	hub := waiters.NewHub(10, 0, permitsOf(ns))
-	answer := make(chan locks.Acquired, 1)
-	go func() {
-		got, err := locks.New(c, nil).Acquire(ctx, ns, "frees", "c", 60, 2, locks.WaitUpTo(5*time.Minute, hub))
-		if err != nil {
-			t.Error(err)
-		}
-		answer <- got
-	}()
+	answer := waitInBackground(t, c, hub, ns, "frees", "c", 2)
 	awaitAsleep(t, hub, 1)
 	calls(t, c) // asleep without a call
-	var p locksv1alpha1.QueenLock
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name("frees", held[1].Slot)}, &p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Release(ctx, ns, "frees", held[1].Slot, held[1].Token, "b"); err != nil {
-		t.Fatal(err)
-	}
-	hub.Gone(&p)
+	freeSlot(t, l, hub, ns, "frees", held[1], "b")
 	got := <-answer
 	if !got.Acquired || got.Slot != held[1].Slot {
 		t.Fatalf("answer %+v, want slot %d", got, held[1].Slot)
 	}
 	calls(t, c, "create", "list")
+}
+
+// holdEvery acquires one slot of lock, a semaphore of len(owners), for each
+// owner.
+func holdEvery(t *testing.T, l *locks.Client, ns, lock string, owners ...string) []locks.Acquired {
+	t.Helper()
+	var held []locks.Acquired
+	for _, owner := range owners {
+		got, err := l.Acquire(context.Background(), ns, lock, owner, 60, len(owners))
+		if err != nil || !got.Acquired {
+			t.Fatal(got, err)
+		}
+		held = append(held, got)
+	}
+	return held
+}
+
+// waitInBackground starts a waiting acquire of lock, a semaphore of limit,
+// for owner through c, woken by hub; its answer comes on the channel.
+func waitInBackground(t *testing.T, c client.Client, hub *waiters.Hub, ns, lock, owner string, limit int) <-chan locks.Acquired {
+	t.Helper()
+	answer := make(chan locks.Acquired, 1)
+	go func() {
+		got, err := locks.New(c, nil).Acquire(context.Background(), ns, lock, owner, 60, limit, locks.WaitUpTo(5*time.Minute, hub))
+		if err != nil {
+			t.Error(err)
+		}
+		answer <- got
+	}()
+	return answer
+}
+
+// freeSlot releases h as owner and tells hub its permit is gone, as the
+// manager's watch of permits would.
+func freeSlot(t *testing.T, l *locks.Client, hub *waiters.Hub, ns, lock string, h locks.Acquired, owner string) {
+	t.Helper()
+	var p locksv1alpha1.QueenLock
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: permit.Name(lock, h.Slot)}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := l.Release(context.Background(), ns, lock, h.Slot, h.Token, owner); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	hub.Gone(&p)
 }
 
 // heldCreate is the real API server, with creates held at a gate until the
@@ -144,51 +166,18 @@ func (h *heldCreate) Create(ctx context.Context, obj client.Object, opts ...clie
 // that slot is trying it, leaves it to that waiter: it sleeps without a
 // call, and the next slot to free wakes it.
 func TestANewcomerLeavesAFreedSlotToTheWaiterWokenForIt(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t)
 	l := locks.New(env.Client, nil)
-	var held []locks.Acquired
-	for _, owner := range []string{"a", "b"} {
-		got, err := l.Acquire(ctx, ns, "spoken", owner, 60, 2)
-		if err != nil || !got.Acquired {
-			t.Fatal(got, err)
-		}
-		held = append(held, got)
-	}
+	held := holdEvery(t, l, ns, "spoken", "a", "b")
 	hub := waiters.NewHub(10, 0, permitsOf(ns))
 	gate := &heldCreate{Client: env.Client, entered: make(chan struct{}, 4), open: make(chan struct{})}
-	woken := make(chan locks.Acquired, 1)
-	go func() {
-		got, err := locks.New(gate, nil).Acquire(ctx, ns, "spoken", "c", 60, 2, locks.WaitUpTo(5*time.Minute, hub))
-		if err != nil {
-			t.Error(err)
-		}
-		woken <- got
-	}()
+	woken := waitInBackground(t, gate, hub, ns, "spoken", "c", 2)
 	awaitAsleep(t, hub, 1)
-	free := func(h locks.Acquired, owner string) {
-		t.Helper()
-		var p locksv1alpha1.QueenLock
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: permit.Name("spoken", h.Slot)}, &p); err != nil {
-			t.Fatal(err)
-		}
-		if ok, err := l.Release(ctx, ns, "spoken", h.Slot, h.Token, owner); err != nil || !ok {
-			t.Fatal(ok, err)
-		}
-		hub.Gone(&p)
-	}
-	free(held[1], "b")
+	freeSlot(t, l, hub, ns, "spoken", held[1], "b")
 	<-gate.entered // the woken waiter's create is in flight
 
 	c := &counting{Client: env.Client}
-	later := make(chan locks.Acquired, 1)
-	go func() {
-		got, err := locks.New(c, nil).Acquire(ctx, ns, "spoken", "d", 60, 2, locks.WaitUpTo(5*time.Minute, hub))
-		if err != nil {
-			t.Error(err)
-		}
-		later <- got
-	}()
+	later := waitInBackground(t, c, hub, ns, "spoken", "d", 2)
 	awaitAsleep(t, hub, 1) // the newcomer, while the woken waiter tries
 	calls(t, c)
 	close(gate.open)
@@ -198,7 +187,7 @@ func TestANewcomerLeavesAFreedSlotToTheWaiterWokenForIt(t *testing.T) {
 	awaitAsleep(t, hub, 1)
 	calls(t, c) // still asleep: the slot it saw free was taken by the waiter it was left to
 
-	free(held[0], "a")
+	freeSlot(t, l, hub, ns, "spoken", held[0], "a")
 	if got := <-later; !got.Acquired || got.Slot != held[0].Slot {
 		t.Fatalf("the newcomer's answer %+v, want slot %d", got, held[0].Slot)
 	}

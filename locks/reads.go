@@ -28,22 +28,20 @@ func (l *Client) list(ctx context.Context, ns, lock string) (map[int]*locksv1alp
 // write was to another kind than permits, that waits for etcd's next
 // progress report, which kube-apiserver asks for every 100 ms. A list not
 // older than a permit's own version waits only for that permit's event.
-// Writes after since may or may not show. An empty since is list.
+// Writes after since may or may not show.
 //
 // A watch cache that is far behind holds such a list for 3 s and then
 // answers 504, with no fallback to etcd (a consistent list has one), and
 // client-go would retry it: after sinceTimeout the list is read
 // consistently instead.
 func (l *Client) listSince(ctx context.Context, ns, lock, since string) (map[int]*locksv1alpha1.QueenLock, error) {
-	if since != "" {
-		sctx, cancel := context.WithTimeout(ctx, sinceTimeout)
-		bySlot, err := l.listWith(sctx, ns, lock, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}})
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return bySlot, err
-		}
+	sctx, cancel := context.WithTimeout(ctx, sinceTimeout)
+	bySlot, err := l.listWith(sctx, ns, lock, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}})
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return bySlot, err
 	}
-	return l.listWith(ctx, ns, lock)
+	return l.list(ctx, ns, lock)
 }
 
 // sinceTimeout bounds a list at a version: kube-apiserver's 3 s wait for

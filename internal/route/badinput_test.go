@@ -58,7 +58,7 @@ func TestBadInputIsRefusedWholeAndAppliesNothing(t *testing.T) {
 		{"owner with a lone low surrogate", `{"op":"acquire","name":"o","ttlSeconds":30,"owner":"a\uDFFFb"}`, "owner", "lone UTF-16 surrogate"},
 		{"a lone surrogate after an escaped backslash", `{"op":"acquire","name":"a\\ufffd\ud800","ttlSeconds":30}`, "name", "lone UTF-16 surrogate"},
 		{"a high surrogate before a non-surrogate", `{"op":"acquire","name":"a\ud800\u0041","ttlSeconds":30}`, "name", "lone UTF-16 surrogate"},
-		{"a field given twice", `{"op":"get","name":"l","name":"m"}`, "", `field "name" is given twice`},
+		{"a field given twice", `{"op":"get","name":"l","name":"m"}`, "name", "is given twice"},
 		{"duplicate names", acquire("dup", "x", 30, 0) + "," + `{"op":"get","name":"dup"}`, "name", "duplicate lock name"},
 		{"65 operations", strings.Join(many, ","), "operations", "1 to 64"},
 		{"over 4096 slots", strings.Join(overSlots, ","), "limit", "4096 slots"},

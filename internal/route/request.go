@@ -2,6 +2,7 @@ package route
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -96,7 +97,11 @@ func Decode(body []byte) (*Request, *BadRequest) {
 		return nil, bad(-1, "", "invalid JSON: %v", err)
 	}
 	top, err := object(whole)
-	if err != nil {
+	var dup duplicateField
+	switch {
+	case errors.As(err, &dup):
+		return nil, bad(-1, string(dup), "%v", dup)
+	case err != nil:
 		return nil, bad(-1, "", "the body must be a JSON object with an operations array: %v", err)
 	}
 	for _, k := range sortedKeys(top) {
@@ -148,7 +153,11 @@ func Decode(body []byte) (*Request, *BadRequest) {
 
 func decodeOp(i int, raw json.RawMessage) (Operation, *BadRequest) {
 	m, err := object(raw)
-	if err != nil {
+	var dup duplicateField
+	switch {
+	case errors.As(err, &dup):
+		return Operation{}, bad(i, string(dup), "%v", dup)
+	case err != nil:
 		return Operation{}, bad(i, "", "must be a JSON object: %v", err)
 	}
 	opRaw, ok := m["op"]
@@ -276,6 +285,13 @@ func loneSurrogate(raw json.RawMessage) bool {
 	return false
 }
 
+// duplicateField is a member name an object gives twice.
+type duplicateField string
+
+func (d duplicateField) Error() string {
+	return "is given twice; give each field once"
+}
+
 // object reads a JSON object's members. Unlike a decode into a map, it
 // refuses a name given twice, which would otherwise keep the last value
 // and drop the first without a word.
@@ -295,7 +311,7 @@ func object(raw json.RawMessage) (map[string]json.RawMessage, error) {
 		}
 		k, _ := t.(string)
 		if _, dup := m[k]; dup {
-			return nil, fmt.Errorf("field %q is given twice", k)
+			return nil, duplicateField(k)
 		}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {

@@ -2,8 +2,8 @@ package route
 
 import (
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"

@@ -227,6 +227,9 @@ func TestSIGTERMToTheProcessGroupStopsEverything(t *testing.T) {
 	skipUnlessControlPlane(t)
 	cmd, procs, exited, log, dir := startMakeDev(t)
 	// What the docs have a namespace's users bound to is there to bind.
+	// The route answers before make dev has written its kubeconfig; the
+	// banner comes after.
+	awaitOutput(t, log, "queen-locks is running.")
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		t.Fatal(err)

@@ -327,6 +327,11 @@ func (l *Client) create(ctx context.Context, a *acquire, slot int) (*locksv1alph
 		},
 		Spec: locksv1alpha1.QueenLockSpec{Lock: a.lock, Slot: int32(slot), Limit: int32(a.limit), Owner: a.owner, TTLSeconds: a.ttl, HolderPod: a.pod},
 	}
+	if l.stamps {
+		if err := l.stampOver(nil, p); err != nil {
+			return nil, "", fmt.Errorf("creating permit %d of lock %q: %w", slot, a.lock, err)
+		}
+	}
 	err := l.c.Create(ctx, p)
 	switch {
 	case err == nil:

@@ -83,7 +83,7 @@ type Client struct {
 	versions Versions
 	answered *memo
 	deletes  dynamic.Interface // nil: deletes go through c
-	stamps   bool              // AsManager: renews and takeovers stamped here
+	stamps   bool              // AsManager: creates, renews and takeovers stamped here
 }
 
 // Option adjusts a Client.

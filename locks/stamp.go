@@ -13,22 +13,19 @@ import (
 )
 
 // AsManager tells the Client that it writes with the manager's own
-// identity, the one whose updates the webhook configuration lets past the
+// identity, the one whose writes the webhook configuration lets past the
 // permit webhook (SPEC section 3; the chart's matchConditions). It then
-// stamps its renews and takeovers itself: permit.Stamp, the rules the
-// webhook runs, from the clock the webhook in the same process reads. The
-// write is conditional on the version it was stamped over, so the API
-// server stores exactly what Stamp decided or nothing, and the CRD's CEL
-// rules check the transition as they check every write. Where the
-// webhook still sees the write (a configuration without the skip, the
-// manager under another identity than the configuration names) it takes
-// it as the same transition (a takeover from the manager may come with its
-// new acquireTime set rather than cleared) and stamps it again by the same
-// rules, so the writes are valid either way.
-//
-// Creates are left to the webhook: only it can keep managedFields off a
-// new permit (the field manager records them before admission), and a
-// permit created with them would carry them through every later write.
+// stamps its creates, renews and takeovers itself: permit.Stamp, the rules
+// the webhook runs, from the clock the webhook in the same process reads.
+// A create is refused if the name is taken, an update is conditional on
+// the version it was stamped over, so the API server stores exactly what
+// Stamp decided or nothing, and the CRD's CEL rules check the transition
+// as they check every write. Where the webhook still sees the write (a
+// configuration without the skip, the manager under another identity than
+// the configuration names, a create whose managedFields no admission
+// policy removed) it takes it as the same transition (a takeover from the
+// manager may come with its new acquireTime set rather than cleared) and
+// stamps it again by the same rules, so the writes are valid either way.
 func AsManager() Option { return func(l *Client) { l.stamps = true } }
 
 // stampOver decides the write of obj over old as the webhook would, at the

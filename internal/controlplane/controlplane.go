@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,11 +21,13 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -35,10 +38,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit"
 )
 
 // Options choose what the manager runs.
@@ -102,9 +107,12 @@ type Env struct {
 	// or its own identity's (Options.ManagerConfig). Routes started here
 	// use it, as the manager's own route does.
 	managerConfig *rest.Config
-	stop          context.CancelFunc
-	done          chan struct{}
-	err           error
+	// managerCreatesPolicy is whether the admission policy of the
+	// manager's creates is installed (kube-apiserver 1.36 and later).
+	managerCreatesPolicy bool
+	stop                 context.CancelFunc
+	done                 chan struct{}
+	err                  error
 }
 
 // Root is the module's root directory.
@@ -160,7 +168,7 @@ func Start(o Options) (*Env, error) {
 		return fail(err)
 	}
 	if !o.Bare {
-		if err := e.skipManagerUpdates(); err != nil {
+		if err := e.skipManagerWrites(); err != nil {
 			return fail(err)
 		}
 	}
@@ -186,6 +194,9 @@ func Start(o Options) (*Env, error) {
 	}
 	if o.ManagerConfig != nil {
 		if mcfg, err = o.ManagerConfig(e); err != nil {
+			return fail(err)
+		}
+		if err := e.awaitManagerCreates(mcfg); err != nil {
 			return fail(err)
 		}
 	}
@@ -244,12 +255,14 @@ func Start(o Options) (*Env, error) {
 	return e, nil
 }
 
-// skipManagerUpdates puts on the permit webhook the matchConditions that
+// skipManagerWrites puts on the permit webhook the matchConditions that
 // installs put there (config/default/webhook_manager_updates.yaml, and the
-// chart's own): the manager's stamped updates skip the webhook when the
-// manager runs under its own identity (AsManagerServiceAccount). Under the
-// admin's, as most tests run it, every write still goes through it.
-func (e *Env) skipManagerUpdates() error {
+// chart's own), and installs the admission policy of the manager's creates
+// where kube-apiserver serves it (config/default/manager_creates.yaml): the
+// manager's stamped writes skip the webhook when the manager runs under its
+// own identity (AsManagerServiceAccount). Under the admin's, as most tests
+// run it, every write still goes through it.
+func (e *Env) skipManagerWrites() error {
 	const file = "config/default/webhook_manager_updates.yaml"
 	raw, err := os.ReadFile(filepath.Join(Root(), file))
 	if err != nil {
@@ -265,7 +278,24 @@ func (e *Env) skipManagerUpdates() error {
 	if err := e.Client.Patch(context.Background(), u, client.RawPatch(types.JSONPatchType, patch)); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	return nil
+	// The policy that lets the manager's creates skip the webhook is
+	// installed where kube-apiserver serves it (1.36 and later), as the
+	// chart installs it; elsewhere those creates go to the webhook.
+	served, err := e.serves(admissionregistrationv1.SchemeGroupVersion.String(), "mutatingadmissionpolicies")
+	if err != nil || !served {
+		return err
+	}
+	e.managerCreatesPolicy = true
+	return e.ApplyFile("config/default/manager_creates.yaml")
+}
+
+// serves tells whether kube-apiserver serves resource in groupVersion.
+func (e *Env) serves(groupVersion, resource string) (bool, error) {
+	rl, err := e.Clientset.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	if err != nil {
+		return false, fmt.Errorf("discovering %s: %w", groupVersion, err)
+	}
+	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }), nil
 }
 
 // Done is closed when the manager has stopped; Err then says why.
@@ -403,4 +433,55 @@ func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err err
 		scheme = "https"
 	}
 	return scheme + "://" + ln.Addr().String() + route.Path, stop, nil
+}
+
+// awaitManagerCreates waits, where the admission policy that keeps
+// managedFields off the manager's creates is installed
+// (config/default/manager_creates.yaml), until it acts on them: a server-side
+// dry run of a stamped create of the manager's comes back without
+// managedFields. kube-apiserver reads a new CRD's schema for policies every
+// 5 s and skips the policy until then, so that a manager started at once
+// would send its first creates to the webhook, and a test counting webhook
+// calls would count them.
+func (e *Env) awaitManagerCreates(cfg *rest.Config) error {
+	if !e.managerCreatesPolicy {
+		return nil
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	self, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("the manager's identity: %w", err)
+	}
+	if self.Status.UserInfo.Username != serviceaccount.MakeUsername(ManagerNamespace, ManagerServiceAccount) {
+		return nil // not the identity the policy names: its creates go to the webhook
+	}
+	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p := &locksv1alpha1.QueenLock{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: permit.Name("probe", 0)},
+			Spec:       locksv1alpha1.QueenLockSpec{Lock: "probe", Limit: 1, Owner: "probe", TTLSeconds: 1},
+		}
+		if _, err := permit.Stamp(nil, p, time.Now(), 0, permit.Caller{Manager: true}); err != nil {
+			return false, err
+		}
+		if last = c.Create(ctx, p, client.DryRunAll); last != nil {
+			return false, nil
+		}
+		if n := len(p.ManagedFields); n != 0 {
+			last = fmt.Errorf("the dry run kept %d managedFields entries", n)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the admission policy of the manager's creates never acted: %w (last: %w)", err, last)
+	}
+	return nil
 }

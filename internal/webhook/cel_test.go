@@ -89,7 +89,53 @@ func TestCRDRulesRecheckEveryWrite(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(held), held); err != nil {
 		t.Fatal(err)
 	}
-	if err := write(40*time.Second, 40*time.Second, "b"); err != nil { // takeover after expiry
+
+	// A renew keeps the holder's pod and the holding's first token; each
+	// refusal names the check that failed.
+	renewWith := func(change func(*locksv1alpha1.QueenLock)) error {
+		p := held.DeepCopy()
+		p.Spec.RenewTime, p.Spec.ExpireTime = at(12*time.Second), at(42*time.Second)
+		change(p)
+		return c.Update(ctx, p)
+	}
+	const podKept, tokenKept = "holderPod cannot change on a renew", "firstToken is stamped by the admission webhook"
+	refused(renewWith(func(p *locksv1alpha1.QueenLock) {
+		p.Spec.HolderPod = &locksv1alpha1.PodRef{Namespace: "default", Name: "job-1", UID: "uid-1"}
+	}), podKept)
+	// No first token recorded yet: the first renew records one.
+	if err := renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.FirstToken = 7 }); err != nil {
+		t.Fatalf("the first renew recording its first token: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(held), held); err != nil {
+		t.Fatal(err)
+	}
+	renewWith = func(change func(*locksv1alpha1.QueenLock)) error {
+		p := held.DeepCopy()
+		p.Spec.RenewTime, p.Spec.ExpireTime = at(14*time.Second), at(44*time.Second)
+		change(p)
+		return c.Update(ctx, p)
+	}
+	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.FirstToken = 8 }), tokenKept)
+	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.FirstToken = 0 }), tokenKept)
+	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.Owner = "thief"; p.Spec.FirstToken = 8 }), notTransition)
+
+	// An update that leaves the spec as it is passes (the webhook decides
+	// which of those to admit).
+	same := held.DeepCopy()
+	same.Annotations = map[string]string{"note": "unchanged spec"}
+	if err := c.Update(ctx, same); err != nil {
+		t.Fatalf("an update that leaves the spec as it is: %v", err)
+	}
+	held = same
+
+	// A takeover after expiry (the renew that recorded the first token
+	// moved it to 42 s), which may name another pod and drops the first
+	// token.
+	p := held.DeepCopy()
+	p.Spec.AcquireTime, p.Spec.RenewTime, p.Spec.ExpireTime, p.Spec.Owner = at(45*time.Second), at(45*time.Second), at(75*time.Second), "b"
+	p.Spec.HolderPod = &locksv1alpha1.PodRef{Namespace: "default", Name: "job-2", UID: "uid-2"}
+	p.Spec.FirstToken = 0
+	if err := c.Update(ctx, p); err != nil {
 		t.Fatalf("takeover: %v", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 // The permit webhook lets through the manager's own stamped writes by the
 // same matchConditions as the kustomize install
-// (config/default/webhook_manager_updates.yaml, which the test control
+// (config/default/webhook_manager_writes.yaml, which the test control
 // plane applies), naming the chart's own ServiceAccount: a different rule
 // here would be a rule no test runs.
 func TestPermitWebhookSkipsTheManagersStampedWrites(t *testing.T) {
@@ -30,8 +30,8 @@ func TestPermitWebhookSkipsTheManagersStampedWrites(t *testing.T) {
 		Path  string `json:"path"`
 		Value any    `json:"value"`
 	}
-	if err := yaml.Unmarshal([]byte(readFile(t, "config/default/webhook_manager_updates.yaml")), &patch); err != nil || len(patch) != 1 {
-		t.Fatalf("config/default/webhook_manager_updates.yaml: %v (%d operations)", err, len(patch))
+	if err := yaml.Unmarshal([]byte(readFile(t, "config/default/webhook_manager_writes.yaml")), &patch); err != nil || len(patch) != 1 {
+		t.Fatalf("config/default/webhook_manager_writes.yaml: %v (%d operations)", err, len(patch))
 	}
 	want := jsonOf(t, patch[0].Value)
 	want = strings.ReplaceAll(want, "system:serviceaccount:queen-locks:queen-locks-controller-manager", "system:serviceaccount:team:x-queen-locks")

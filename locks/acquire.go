@@ -27,7 +27,8 @@ type acquireConfig struct {
 // HolderPod records the holder's pod on the permit, so that the permit is
 // freed as soon as that pod is gone. The pod's namespace need not be the
 // permit's; empty means the writer's own pod's namespace (the webhook fills
-// it in). An empty name records none.
+// it in), or the permit's when the writer is the manager (AsManager). An
+// empty name records none.
 func HolderPod(namespace, name, uid string) AcquireOption {
 	return func(c *acquireConfig) {
 		if name != "" {

@@ -203,14 +203,17 @@ func keepFirstToken(old, obj *locksv1alpha1.QueenLock) error {
 }
 
 // defaultHolderPodNamespace fills in the namespace of a holder pod named
-// without one: the writer's own pod's namespace, or else the permit's.
+// without one: the writer's own pod's namespace, or else the permit's. The
+// manager writes for callers, never for its own pod: its writes take the
+// permit's namespace, whether the webhook (which sees the manager's pod
+// token) or the manager itself (which stamps without one) decides them.
 func defaultHolderPodNamespace(obj *locksv1alpha1.QueenLock, caller Caller) {
 	hp := obj.Spec.HolderPod
 	if hp == nil || hp.Namespace != "" {
 		return
 	}
 	hp.Namespace = obj.Namespace
-	if caller.PodName != "" && caller.PodNamespace != "" {
+	if caller.PodName != "" && caller.PodNamespace != "" && !caller.Manager {
 		hp.Namespace = caller.PodNamespace
 	}
 }

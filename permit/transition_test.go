@@ -253,6 +253,9 @@ func TestStampDefaultsTheHolderPodNamespace(t *testing.T) {
 	}{
 		{"the writer's pod", Caller{PodNamespace: "team-b", PodName: "job-x", PodUID: "u1"}, "team-b"},
 		{"the manager, for a pod it names without one", Caller{Manager: true}, "team-a"},
+		// The webhook sees the manager's own pod-bound token; the manager,
+		// stamping its writes itself, sees none. Both store the same.
+		{"the manager seen by the webhook, with its own pod", Caller{Manager: true, PodNamespace: "queen-locks", PodName: "queen-locks-0", PodUID: "m1"}, "team-a"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			obj := lockObj("cron-7", 30)

@@ -23,7 +23,9 @@ import (
 // an update that leaves the spec as it is is compared whole only when the
 // transition checks have failed. The three times are stamped together, so
 // a stored permit with a renewTime has all three; the transition rule
-// guards on that one, and a write without them fails the times rule.
+// guards on that one, and a write without them fails the times rule (the
+// transition rule, reading them unguarded, then fails too, with a "no such
+// key" cause of its own: only a write that no webhook stamped gets there).
 //
 // An update that leaves the spec as it is passes the transition rule: the
 // webhook admits such writes only on a permit that is being deleted (the

@@ -256,14 +256,14 @@ func Start(o Options) (*Env, error) {
 }
 
 // skipManagerWrites puts on the permit webhook the matchConditions that
-// installs put there (config/default/webhook_manager_updates.yaml, and the
+// installs put there (config/default/webhook_manager_writes.yaml, and the
 // chart's own), and installs the admission policy of the manager's creates
 // where kube-apiserver serves it (config/default/manager_creates.yaml): the
 // manager's stamped writes skip the webhook when the manager runs under its
 // own identity (AsManagerServiceAccount). Under the admin's, as most tests
 // run it, every write still goes through it.
 func (e *Env) skipManagerWrites() error {
-	const file = "config/default/webhook_manager_updates.yaml"
+	const file = "config/default/webhook_manager_writes.yaml"
 	raw, err := os.ReadFile(filepath.Join(Root(), file))
 	if err != nil {
 		return err
@@ -442,7 +442,10 @@ func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err err
 // managedFields. kube-apiserver reads a new CRD's schema for policies every
 // 5 s and skips the policy until then, so that a manager started at once
 // would send its first creates to the webhook, and a test counting webhook
-// calls would count them.
+// calls would count them. The probe runs before the manager, whose webhook
+// then does not answer: a create the policy left to the webhook fails, and
+// only one the policy acted on comes back. A policy that never acts fails
+// Start after a minute: the environment is not what the tests assume.
 func (e *Env) awaitManagerCreates(cfg *rest.Config) error {
 	if !e.managerCreatesPolicy {
 		return nil

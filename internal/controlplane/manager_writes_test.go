@@ -32,13 +32,14 @@ func webhookCalls(t *testing.T) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// The manager's renews and takeovers, stamped by the manager itself, skip
-// the permit webhook under the manager's own identity (the matchConditions
-// installs put on it), and are stored as the webhook would have stamped
-// them. Its creates, its updates without a new stamp and everybody else's
-// writes still go through the webhook, and the CRD's CEL rules check the
-// manager's updates all the same.
-func TestTheManagersStampedUpdatesSkipTheWebhook(t *testing.T) {
+// The manager's creates, renews and takeovers, stamped by the manager
+// itself, skip the permit webhook under the manager's own identity (the
+// matchConditions installs put on it, and the admission policy that removes
+// a create's managedFields), and are stored as the webhook would have
+// stamped them. Its updates without a new stamp and everybody else's writes
+// still go through the webhook, and the CRD's CEL rules check the manager's
+// writes all the same.
+func TestTheManagersStampedWritesSkipTheWebhook(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}

@@ -20,7 +20,7 @@ import (
 // few times as they can (test/bench's BenchmarkCRDRulesOnARenew): the
 // checks of a write's times are one rule and the checks of a transition
 // another, each with a messageExpression that says which check failed, and
-// an update that leaves the spec as it is is compared whole only when the
+// the spec of an update is compared whole with the old one only when the
 // transition checks have failed. The three times are stamped together, so
 // a stored permit with a renewTime has all three; the transition rule
 // guards on that one, and a write without them fails the times rule (the

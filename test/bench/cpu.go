@@ -57,6 +57,28 @@ func (p procs) idleRate(d time.Duration) cpuTimes {
 	return cpuTimes{per(used.apiserver), per(used.etcd), per(used.self)}
 }
 
+// settle waits, for at most limit, until kube-apiserver's CPU over a short
+// sample is back within settleMargin a second of its idle use, and answers
+// how long it waited. What a section leaves behind (the garbage of
+// thousands of writes, the deletes of a fleet that closed, etcd's
+// compaction) would otherwise be charged to the next row, and the first
+// step of a renew load, at 25 renews a second, carries it the most: before
+// this, the route's rows, which come right after the cycles, read up to
+// twice a Lease's CPU per renew at 250 held and close to it at 3,000.
+func (p procs) settle(idle cpuTimes, limit time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < limit {
+		if p.idleRate(2*time.Second).apiserver <= idle.apiserver+settleMargin {
+			break
+		}
+	}
+	return time.Since(start)
+}
+
+// settleMargin is how much above its idle use (per second) kube-apiserver
+// may still be busy when a row starts: a few renews' worth.
+const settleMargin = 30 * time.Millisecond
+
 // findProcs finds this control plane's kube-apiserver and etcd.
 func findProcs(env *controlplane.Env) (procs, error) {
 	cp := env.Env.ControlPlane

@@ -533,10 +533,11 @@ func (bn *bench) renew() error {
 		"(without the route, the webhook and the CRD), as a baseline of what the machine allowed; and again with Leases renewed by an update of the whole Lease, "+
 		"as client-go's leader election renews them. "+
 		"Last, the same steps with copies of permits (the floor CRD of the cycles) renewed by the route's update with the times stamped by the client: no webhook and no route, the least a renew of a permit can cost kube-apiserver. "+
-		"Each window opens one renew period after its step's permits were acquired, so that the acquires' own tail is not counted. "+
+		"Each kind's first step waits (up to a minute) until kube-apiserver's CPU is back within %s a second of its idle use, so that what the rows before left behind is not charged to it; "+
+		"each window opens one renew period after its step's permits were acquired, so that the acquires' own tail is not counted. "+
 		"CPU per renew is the window's, less the idle use measured before the cycles.\n\n"+
 		"| what | held | renews/s | renews | renew p50 | renew p99 | lost | CPU ms per renew: kube-apiserver | etcd | this process | machine load (1 min) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-		renewEvery, renewTTL, renewWindow, ms(renewBound))
+		renewEvery, renewTTL, renewWindow, ms(renewBound), ms(settleMargin))
 	route, lease, leaseUpdate, floor := newRenewRow(), newRenewRow(), newRenewRow(), newRenewRow()
 	steps, largest, err := bn.renewSteps("permits through the route", permits{bn.httpT}, renewSteps, true, "renew", route)
 	if err != nil {
@@ -577,6 +578,10 @@ func newRenewRow() renewRow {
 // it measured and the largest that stayed under the bound. The 1000 step
 // is profiled when -profile asks.
 func (bn *bench) renewSteps(what string, h holding, steps []int, bounded bool, profile string, row renewRow) (done []int, largest int, err error) {
+	// Each kind starts on a kube-apiserver that has settled from what came
+	// before it (settle), and says how long that took.
+	waited := bn.procs.settle(bn.idle, time.Minute)
+	fmt.Fprintf(os.Stderr, "\n%s: kube-apiserver settled in %s\n", what, waited.Round(time.Second))
 	f := newFleet(h)
 	defer f.close()
 	for _, n := range steps {

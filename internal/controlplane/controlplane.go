@@ -21,7 +21,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -42,6 +41,7 @@ import (
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/waiters"
+	"github.com/queen-locks/queen-locks/internal/webhook"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
 )
@@ -450,15 +450,11 @@ func (e *Env) awaitManagerCreates(cfg *rest.Config) error {
 	if !e.managerCreatesPolicy {
 		return nil
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	self, err := webhook.WhoAmI(cfg)
 	if err != nil {
 		return err
 	}
-	self, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("the manager's identity: %w", err)
-	}
-	if self.Status.UserInfo.Username != serviceaccount.MakeUsername(ManagerNamespace, ManagerServiceAccount) {
+	if self != serviceaccount.MakeUsername(ManagerNamespace, ManagerServiceAccount) {
 		return nil // not the identity the policy names: its creates go to the webhook
 	}
 	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme})

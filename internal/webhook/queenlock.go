@@ -58,7 +58,7 @@ func (h *QueenLock) SetupWithManager(mgr ctrl.Manager) error {
 		h.Clock = clock.RealClock{}
 	}
 	if h.Self == "" {
-		self, err := whoAmI(mgr.GetConfig())
+		self, err := WhoAmI(mgr.GetConfig())
 		if err != nil {
 			return err
 		}
@@ -70,8 +70,10 @@ func (h *QueenLock) SetupWithManager(mgr ctrl.Manager) error {
 	return nil
 }
 
-// whoAmI asks the API server who the manager's own credential is.
-func whoAmI(cfg *rest.Config) (string, error) {
+// WhoAmI asks the API server whose credential cfg is: the user name the
+// webhook configuration's matchConditions and the admission policies
+// compare with the manager's.
+func WhoAmI(cfg *rest.Config) (string, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", fmt.Errorf("creating a client to learn the manager's own identity: %w", err)

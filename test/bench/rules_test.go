@@ -42,10 +42,9 @@ func crdRules(tb testing.TB) (*cel.Validator, *structuralschema.Structural) {
 
 // permitAt is a permit as stored, decoded as kube-apiserver decodes it.
 func permitAt(acquire, renew time.Time, firstToken int64) map[string]any {
-	stamp := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 	spec := map[string]any{
 		"lock": "job", "slot": int64(0), "limit": int64(1), "owner": "w1", "ttlSeconds": int64(30),
-		"acquireTime": stamp(acquire), "renewTime": stamp(renew), "expireTime": stamp(renew.Add(30 * time.Second)),
+		"acquireTime": floorStamp(acquire), "renewTime": floorStamp(renew), "expireTime": floorStamp(renew.Add(30 * time.Second)),
 		"holderPod": map[string]any{"namespace": "team", "name": "job-1", "uid": "6a1f7e0c-0000-4000-8000-000000000001"},
 	}
 	if firstToken != 0 {

@@ -1508,7 +1508,9 @@ func TestAttackDelayedLetInOutlivesItsPermit(t *testing.T) {
 	ns := entitledNamespace(t)
 	// The pod's own gate stands for the time between the acquire and the
 	// patch: the line does not acquire while it is there.
-	p := newGated(ns, "late", "late", gate.TTLAnnotation, "5s")
+	// The ttl outlasts the delay below: a pod whose ttl has already run
+	// out when it is let in is deleted at once, before the test can read it.
+	p := newGated(ns, "late", "late", gate.TTLAnnotation, "30s")
 	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/hold"}}
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
@@ -1517,12 +1519,13 @@ func TestAttackDelayedLetInOutlivesItsPermit(t *testing.T) {
 	// The old leader's acquire, as the line makes it (owner, ttl + the
 	// default grace of 30s, the pod named), under the manager's identity.
 	l := locks.New(atkManager(t), nil)
-	got, err := l.Acquire(ctx, ns, "late", "pod:"+string(p.UID), 5+30, 1, locks.HolderPod(ns, p.Name, string(p.UID)))
+	got, err := l.Acquire(ctx, ns, "late", "pod:"+string(p.UID), 30+30, 1, locks.HolderPod(ns, p.Name, string(p.UID)))
 	if err != nil || !got.Acquired {
 		t.Fatal(got, err)
 	}
-	// A failover takes a lease duration or more (15s by default).
-	time.Sleep(8 * time.Second)
+	// A failover takes a lease duration or more (15s by default); a few
+	// seconds show the difference.
+	time.Sleep(3 * time.Second)
 	if err := atkMerge(t, env.Client, p, `{"spec":{"schedulingGates":[{"name":"locks.queen.dev/lock"}]}}`); err != nil {
 		t.Fatal(err)
 	}
@@ -1535,7 +1538,7 @@ func TestAttackDelayedLetInOutlivesItsPermit(t *testing.T) {
 	// The pod is deleted at admitted-at + ttl (its activeDeadlineSeconds
 	// is set to the same), and its containers may run its grace period
 	// after that.
-	podEnd := at.Add(5*time.Second + 30*time.Second)
+	podEnd := at.Add(30*time.Second + 30*time.Second)
 	t.Logf("permit acquired %s, expires %s; pod admitted %s, may run until %s",
 		q.Spec.AcquireTime.UTC().Format(gate.TimeFormat), q.Spec.ExpireTime.UTC().Format(gate.TimeFormat), at.Format(gate.TimeFormat), podEnd.Format(gate.TimeFormat))
 	if podEnd.After(q.Spec.ExpireTime.Time) {

@@ -14,7 +14,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,6 +105,10 @@ func Main(ctx context.Context, e Env) int {
 		// scroll out of sight.
 		fmt.Fprintf(e.Stderr, "queenlock %s: %v\nRun queenlock help for the commands and their flags.\n", cmd, err)
 		return ExitUsage
+	case apierrors.IsUnauthorized(err):
+		// The API server's own message is the one word.
+		fmt.Fprintf(e.Stderr, "queenlock %s: %v: the Kubernetes API did not accept the credentials (the kubeconfig's user, or a token that expired)\n", cmd, err)
+		return ExitError
 	case err != nil:
 		fmt.Fprintf(e.Stderr, "queenlock %s: %v\n", cmd, err)
 		return ExitError
@@ -218,10 +225,16 @@ func (c *common) transport(e Env) (handle.Transport, client.Client, error) {
 	if err := locksv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, nil, err
 	}
+	// The one kind the command uses, mapped up front: discovery would cost
+	// round trips on every run, and its failures hide the API server's
+	// answer (a run with no valid credentials said only "failed to get
+	// server groups: unknown", not "Unauthorized").
+	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{locksv1alpha1.GroupVersion})
+	mapper.Add(locksv1alpha1.GroupVersion.WithKind("QueenLock"), meta.RESTScopeNamespace)
 	// A client that can watch: a waiting run then watches the lock's
 	// permits and is woken when one frees, instead of asking again and
 	// again (handle.Kube waits only with a client.WithWatch).
-	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, Mapper: mapper})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to the Kubernetes API: %w", err)
 	}
@@ -380,7 +393,7 @@ type listed struct {
 func list(ctx context.Context, e Env, kc client.Client, ns string, o listOptions) (int, error) {
 	var all locksv1alpha1.QueenLockList
 	if err := kc.List(ctx, &all, client.InNamespace(ns)); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("listing the permits of namespace %q: %w", ns, err)
 	}
 	now := time.Now()
 	type lockOut struct {

@@ -3,9 +3,12 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -120,6 +123,43 @@ func TestListShowsHolderPodsAndExpiredPermits(t *testing.T) {
 			}
 		default:
 			t.Errorf("unexpected line %q", line)
+		}
+	}
+}
+
+// A kubeconfig whose credentials the API server refuses gets the server's
+// answer, for list as for a lock command, not a failure of discovery
+// (which queenlock no longer does).
+func TestRefusedCredentialsSayUnauthorized(t *testing.T) {
+	ns := namespace(t)
+	ca := base64.StdEncoding.EncodeToString(env.Config.CAData)
+	cfg := "apiVersion: v1\nkind: Config\n" +
+		"clusters: [{name: c, cluster: {server: " + env.Config.Host + ", certificate-authority-data: " + ca + "}}]\n" +
+		"users: [{name: nobody, user: {token: not-a-token}}]\n" +
+		"contexts: [{name: c, context: {cluster: c, user: nobody, namespace: " + ns + "}}]\n" +
+		"current-context: c\n"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"list"},
+		{"acquire", "job", "--ttl", "30s"},
+		{"get", "job"},
+	} {
+		c := exec.Command(queenlock, append(args, "--kubeconfig", path)...)
+		c.Env = append(os.Environ(), "QUEEN_LOCKS_URL=")
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		err := c.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("queenlock %v: %v (want exit status 1): %s", args, err, stderr.String())
+		}
+		msg := stderr.String()
+		t.Logf("queenlock %v: %s", args, strings.TrimSpace(msg))
+		if !strings.Contains(msg, "Unauthorized") || !strings.Contains(msg, "did not accept the credentials") || strings.Contains(msg, "server groups") {
+			t.Errorf("queenlock %v said %q; want the API server's Unauthorized, explained", args, msg)
 		}
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/queen-locks/queen-locks/internal/route"
 )
@@ -106,10 +109,30 @@ func TestBadInputIsRefusedWholeAndAppliesNothing(t *testing.T) {
 	}
 }
 
+// A namespace that does not exist is the caller's mistake: answered 400,
+// and logged as a refusal, not as an error of the route.
 func TestMissingNamespaceIsABadRequest(t *testing.T) {
-	code, out := call(t, devURL, "", `{"namespace":"no-such-namespace","operations":[`+acquire("x", "x", 30, 0)+`]}`)
+	var mu sync.Mutex
+	var logged []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, prefix+" "+args)
+	}, funcr.Options{})
+	url, stop, err := env.StartRouteConfig(route.Config{Auth: route.AuthNone, DefaultNamespace: "default", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	code, out := call(t, url, "", `{"namespace":"no-such-namespace","operations":[`+acquire("x", "x", 30, 0)+`]}`)
 	if code != http.StatusBadRequest || out["error"].(J)["field"] != "namespace" {
 		t.Fatalf("answered %d: %v", code, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	said := strings.Join(logged, "\n")
+	if !strings.Contains(said, "no such namespace") || strings.Contains(said, `"error"`) {
+		t.Fatalf("the route logged: %s", said)
 	}
 }
 

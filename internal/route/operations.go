@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/routeapi"
 )
@@ -40,7 +42,12 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 			operations.WithLabelValues(op.Op, outcome).Inc()
 			observe(operationDuration.WithLabelValues(op.Op), s.cfg.Clock.Since(opStart), caller.Username)
 			countLoss(ns, op.Op, outcome)
-			if errs[i] != nil {
+			switch {
+			case apierrors.IsNotFound(errs[i]):
+				// A namespace that does not exist: the caller's to fix,
+				// answered 400 (classify), not a fault to page anyone on.
+				s.cfg.Log.Info("lock operation refused: no such namespace", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name)
+			case errs[i] != nil:
 				s.cfg.Log.Error(errs[i], "lock operation failed", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name)
 			}
 			s.cfg.Log.V(1).Info("lock operation", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name, "slot", results[i].Slot, "outcome", outcome)

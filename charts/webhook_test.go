@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -74,4 +75,27 @@ func hasKind(objs map[string]*unstructured.Unstructured, kind string) bool {
 		}
 	}
 	return false
+}
+
+// config/kube-1.35 is config/default without the policy, which an API
+// server before 1.36 does not serve: every other object the same.
+func TestKube135ConfigIsDefaultWithoutThePolicy(t *testing.T) {
+	kubectl := filepath.Join(root, "bin", "kubectl")
+	base := objects(t, run(t, kubectl, "kustomize", filepath.Join(root, "config", "default")))
+	old := objects(t, run(t, kubectl, "kustomize", filepath.Join(root, "config", "kube-1.35")))
+	for _, key := range []string{"MutatingAdmissionPolicy/queen-locks-manager-creates", "MutatingAdmissionPolicyBinding/queen-locks-manager-creates"} {
+		get(t, base, key)
+		if _, ok := old[key]; ok {
+			t.Errorf("config/kube-1.35 has %s", key)
+		}
+		delete(base, key)
+	}
+	if len(old) != len(base) {
+		t.Errorf("config/kube-1.35 has %d objects, config/default %d besides the policy", len(old), len(base))
+	}
+	for key, want := range base {
+		if d := cmp.Diff(want.Object, get(t, old, key).Object); d != "" {
+			t.Errorf("%s differs (-default +kube-1.35):\n%s", key, d)
+		}
+	}
 }

@@ -226,9 +226,9 @@ func (c *common) transport(e Env) (handle.Transport, client.Client, error) {
 		return nil, nil, err
 	}
 	// The one kind the command uses, mapped up front: discovery would cost
-	// round trips on every run, and its failures hide the API server's
-	// answer (a run with no valid credentials said only "failed to get
-	// server groups: unknown", not "Unauthorized").
+	// round trips on every run, and its failure would stand in for the API
+	// server's answer to the call itself ("failed to get server groups:
+	// ..." for list, acquire and get alike).
 	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{locksv1alpha1.GroupVersion})
 	mapper.Add(locksv1alpha1.GroupVersion.WithKind("QueenLock"), meta.RESTScopeNamespace)
 	// A client that can watch: a waiting run then watches the lock's

@@ -320,20 +320,36 @@ func (l *Client) takeable(p *locksv1alpha1.QueenLock, now time.Time) bool {
 // namespace's ResourceQuota for permits refused it: the quota is checked
 // before the name, so the permit may exist all the same.
 func (l *Client) create(ctx context.Context, a *acquire, slot int) (*locksv1alpha1.QueenLock, string, error) {
-	p := &locksv1alpha1.QueenLock{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: a.ns,
-			Name:      permit.Name(a.lock, slot),
-			Labels:    map[string]string{permit.LockLabel: permit.LabelValue(a.lock)},
-		},
-		Spec: locksv1alpha1.QueenLockSpec{Lock: a.lock, Slot: int32(slot), Limit: int32(a.limit), Owner: a.owner, TTLSeconds: a.ttl, HolderPod: a.pod},
+	unstamped := func() *locksv1alpha1.QueenLock {
+		return &locksv1alpha1.QueenLock{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: a.ns,
+				Name:      permit.Name(a.lock, slot),
+				Labels:    map[string]string{permit.LockLabel: permit.LabelValue(a.lock)},
+			},
+			Spec: locksv1alpha1.QueenLockSpec{Lock: a.lock, Slot: int32(slot), Limit: int32(a.limit), Owner: a.owner, TTLSeconds: a.ttl, HolderPod: a.pod},
+		}
 	}
+	p := unstamped()
 	if l.stamps {
 		if err := l.stampOver(nil, p); err != nil {
 			return nil, "", fmt.Errorf("creating permit %d of lock %q: %w", slot, a.lock, err)
 		}
 	}
 	err := l.c.Create(ctx, p)
+	if l.stamps && apierrors.IsServiceUnavailable(err) {
+		// The admission policy that removes a stamped create's
+		// managedFields answers 503 while kube-apiserver has no schema of
+		// the CRD for it (seconds after the CRD is installed, or after
+		// kube-apiserver starts), failurePolicy Ignore or not: its
+		// dispatcher returns that error as it is. An unstamped create is
+		// not the policy's (it matches a create with a renewTime) and goes
+		// to the webhook, which stamps it, as every create went before the
+		// policy. Sent again after any 503: a create that did land makes
+		// this one AlreadyExists, a lost race the caller reads as usual.
+		p = unstamped()
+		err = l.c.Create(ctx, p)
+	}
 	switch {
 	case err == nil:
 		return p, "", nil

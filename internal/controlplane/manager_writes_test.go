@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
@@ -55,7 +57,7 @@ func TestTheManagersStampedWritesSkipTheWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := client.New(mcfg, client.Options{Scheme: manager.Scheme})
+	mc, err := client.NewWithWatch(mcfg, client.Options{Scheme: manager.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +172,39 @@ func TestTheManagersStampedWritesSkipTheWebhook(t *testing.T) {
 	}
 	if want := clk.Now().UTC().Truncate(time.Microsecond); !admin.Spec.RenewTime.Time.Equal(want) {
 		t.Fatalf("the administrator's renew was stored with renewTime %v, want the webhook's %v", admin.Spec.RenewTime, want)
+	}
+
+	// While the policy has no schema of the CRD (seconds after it is
+	// installed), kube-apiserver answers a stamped create of the manager's
+	// with 503, as here: the manager sends it again unstamped, and the
+	// webhook stamps it.
+	var creates []bool // whether each create carried a renewTime
+	unavailable := interceptor.NewClient(mc, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			stamped := obj.(*locksv1alpha1.QueenLock).Spec.RenewTime != nil
+			creates = append(creates, stamped)
+			if stamped {
+				return apierrors.NewServiceUnavailable("Resource kind locks.queen.dev/v1alpha1, Kind=QueenLock not found. There can be a delay between when CustomResourceDefinitions are created and when they are available.")
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	calls = webhookCalls(t)
+	f, err := locks.New(unavailable, clk, locks.WithGrace(e.Grace), locks.AsManager()).Acquire(ctx, ns, "early", "one", 30, 1)
+	if err != nil || !f.Acquired {
+		t.Fatalf("an acquire whose stamped create got 503: %+v %v", f, err)
+	}
+	if len(creates) != 2 || !creates[0] || creates[1] {
+		t.Fatalf("creates sent (stamped or not): %v, want a stamped one, then an unstamped one", creates)
+	}
+	if got := webhookCalls(t); got != calls+1 {
+		t.Fatalf("the unstamped create made %v webhook calls, want 1", got-calls)
+	}
+	early := stored("early.0")
+	at = clk.Now().UTC().Truncate(time.Microsecond)
+	if !early.Spec.AcquireTime.Time.Equal(at) || !early.Spec.ExpireTime.Time.Equal(at.Add(30*time.Second)) || len(early.ManagedFields) != 0 {
+		t.Fatalf("the permit created after a 503: acquireTime %v expireTime %v, %d managedFields entries; want %v, %v, none",
+			early.Spec.AcquireTime, early.Spec.ExpireTime, len(early.ManagedFields), at, at.Add(30*time.Second))
 	}
 }
 

@@ -440,11 +440,11 @@ func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err err
 // (config/default/manager_creates.yaml), until it acts on them: a server-side
 // dry run of a stamped create of the manager's comes back without
 // managedFields. kube-apiserver reads a new CRD's schema for policies every
-// 5 s and skips the policy until then, so that a manager started at once
-// would send its first creates to the webhook, and a test counting webhook
-// calls would count them. The probe runs before the manager, whose webhook
-// then does not answer: a create the policy left to the webhook fails, and
-// only one the policy acted on comes back. A policy that never acts fails
+// 5 s and answers the manager's stamped creates 503 until then, so that a
+// manager started at once would send its first creates again unstamped, to
+// the webhook, and a test counting webhook calls would count them. The
+// probe runs before the manager, whose webhook then does not answer: only
+// a create the policy acted on comes back. A policy that never acts fails
 // Start after a minute: the environment is not what the tests assume.
 func (e *Env) awaitManagerCreates(cfg *rest.Config) error {
 	if !e.managerCreatesPolicy {

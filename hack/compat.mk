@@ -10,7 +10,7 @@
 COMPAT_VERSIONS ?= 1.35 1.36
 # The suites whose behaviour rests on the API server: the permit webhook,
 # the controllers, locks and the route.
-COMPAT_PACKAGES ?= ./internal/webhook ./internal/controller ./internal/manager ./locks ./internal/route
+COMPAT_PACKAGES ?= ./webhook ./controllers ./controllers/gate ./internal/manager ./locks ./internal/route
 COMPAT_TESTFLAGS ?=
 COMPAT_DIR := $(BIN)/compat
 

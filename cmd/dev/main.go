@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/route"
 )
@@ -61,7 +61,7 @@ func run(stop <-chan struct{}, addr, ns, dir string) error {
 		Verbose: true,
 		// The manager's default, not the tests' shorter one: make dev
 		// behaves as an installed manager does.
-		ExpiryGrace:      controller.DefaultGrace,
+		ExpiryGrace:      controllers.DefaultGrace,
 		RouteAddr:        addr,
 		Auth:             route.AuthNone,
 		DefaultNamespace: ns,

@@ -10,7 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
 )
@@ -26,7 +26,7 @@ func main() {
 	flag.StringVar(&o.CertDir, "webhook-cert-dir", "", "Directory holding tls.crt and tls.key for the webhook server (default: the controller-runtime default).")
 	flag.BoolVar(&o.LeaderElect, "leader-elect", true, "Elect one replica to run the expiry controller; every replica serves the webhooks and the route.")
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's).")
-	flag.DurationVar(&o.ExpiryGrace, "expiry-grace", controller.DefaultGrace, "How long past expireTime a permit is kept before the controller deletes it, for clock skew between replicas.")
+	flag.DurationVar(&o.ExpiryGrace, "expiry-grace", controllers.DefaultGrace, "How long past expireTime a permit is kept before the controller deletes it, for clock skew between replicas.")
 	flag.BoolVar(&o.GatedPods, "gated-pods", false, "Serve the gated pods' webhook and admit gated pods (pods labelled locks.queen.dev/gate: \"true\") as their locks free; needs the pod webhook configuration, the admission policies and the rights on pods the chart installs with gatedPods.enabled.")
 	flag.StringVar(&o.RouteAddr, "route-address", ":6632", "Address of the HTTP route POST /api/v1/locks; empty turns it off.")
 	flag.StringVar(&o.Auth, "auth", route.AuthToken, "How the route authenticates callers: token (a ServiceAccount token verified with a TokenReview, each operation authorized with a SubjectAccessReview) or none (every caller unverified, on a loopback --route-address only; for development).")

@@ -41,9 +41,9 @@ import (
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/waiters"
-	"github.com/queen-locks/queen-locks/internal/webhook"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/webhook"
 )
 
 // Options choose what the manager runs.

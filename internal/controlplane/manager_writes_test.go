@@ -18,9 +18,9 @@ import (
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/metricstest"
-	"github.com/queen-locks/queen-locks/internal/webhook"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/webhook"
 )
 
 // webhookCalls is how many admission reviews the permit webhook has

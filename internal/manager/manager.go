@@ -32,12 +32,13 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/internal/controller"
-	"github.com/queen-locks/queen-locks/internal/gate"
+	"github.com/queen-locks/queen-locks/controllers"
+	"github.com/queen-locks/queen-locks/controllers/gate"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/waiters"
-	"github.com/queen-locks/queen-locks/internal/webhook"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
+	"github.com/queen-locks/queen-locks/webhook"
 )
 
 // MinServerVersion is the oldest Kubernetes whose resourceVersions are
@@ -133,10 +134,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 		// The only pods this cache holds are gated ones. Holder pods are
-		// watched apart (controller.Pods), by namespace, and only their
+		// watched apart (controllers.Pods), by namespace, and only their
 		// names and UIDs are kept.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{gate.Label: gate.LabelValue})},
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{gatedpod.Label: gatedpod.LabelValue})},
 		}},
 	})
 	if err != nil {
@@ -157,17 +158,17 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating the core client: %w", err)
 		}
-		expiry := &controller.Expiry{
+		expiry := &controllers.Expiry{
 			Client:   mgr.GetClient(),
 			Clock:    o.Clock,
 			Grace:    o.ExpiryGrace,
 			Recorder: mgr.GetEventRecorder("queen-locks"),
-			Pods:     controller.NewPods(meta, core),
+			Pods:     controllers.NewPods(meta, core),
 		}
 		if err := expiry.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the expiry controller: %w", err)
 		}
-		if err := (&controller.Deletion{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		if err := (&controllers.Deletion{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the deletion controller: %w", err)
 		}
 	}
@@ -183,7 +184,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := (&webhook.Subresources{}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the guard webhook of subresources: %w", err)
 	}
-	if err := metrics.Registry.Register(&controller.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock, Grace: o.ExpiryGrace}); err != nil {
+	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock, Grace: o.ExpiryGrace}); err != nil {
 		var dup prometheus.AlreadyRegisteredError
 		if !errors.As(err, &dup) || !o.SkipNameValidation {
 			return nil, fmt.Errorf("registering metrics: %w", err)
@@ -252,7 +253,7 @@ func setupGatedPods(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the gated pods' client: %w", err)
 	}
-	(&gate.Admission{Core: core, Clock: o.Clock}).SetupWithManager(mgr)
+	(&webhook.GatedPods{Core: core, Clock: o.Clock}).SetupWithManager(mgr)
 	line := &gate.Line{
 		Client:   mgr.GetClient(),
 		Core:     core,

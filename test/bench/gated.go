@@ -22,9 +22,9 @@ import (
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/internal/gate"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 // The gated rows measure how a lock passes from one gated pod (SPEC
@@ -232,7 +232,7 @@ func startGated(ctx context.Context) (g *gatedBench, stop func(), err error) {
 		return fail(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, gatedStep, true, func(ctx context.Context) (bool, error) {
-		missing, err := gate.Entitled(ctx, cs, gatedNS, gatedSA)
+		missing, err := gatedpod.Entitled(ctx, cs, gatedNS, gatedSA)
 		return err == nil && missing == "", nil
 	})
 	if err != nil {
@@ -257,7 +257,7 @@ func startGated(ctx context.Context) (g *gatedBench, stop func(), err error) {
 			<-w
 		}
 	})
-	selector := gate.Label + "=" + gate.LabelValue
+	selector := gatedpod.Label + "=" + gatedpod.LabelValue
 	pods, err := cs.CoreV1().Pods(gatedNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return fail(err)
@@ -266,7 +266,7 @@ func startGated(ctx context.Context) (g *gatedBench, stop func(), err error) {
 		o.LabelSelector = selector
 		return cs.CoreV1().Pods(gatedNS).Watch(ctx, o)
 	}, func(ev watch.Event, at time.Time) {
-		if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted && !gate.Gated(p) {
+		if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted && !gatedpod.Gated(p) {
 			g.admitted.mark(p.Name, at)
 		}
 	})
@@ -303,15 +303,15 @@ func (g *gatedBench) batch(ctx context.Context, n string, into *gatedGaps) error
 	for i := range gatedBatch {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gated-%s-%d", n, i),
-				Labels:      map[string]string{gate.Label: gate.LabelValue, "bench-batch": batchLabel},
-				Annotations: map[string]string{gate.LockAnnotation: gatedLock}},
+				Labels:      map[string]string{gatedpod.Label: gatedpod.LabelValue, "bench-batch": batchLabel},
+				Annotations: map[string]string{gatedpod.LockAnnotation: gatedLock}},
 			Spec: corev1.PodSpec{ServiceAccountName: gatedSA, Containers: []corev1.Container{{Name: "job", Image: "job"}}},
 		}
 		created, err := pods.Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("creating gated pod %s: %w", p.Name, err)
 		}
-		if !gate.Gated(created) {
+		if !gatedpod.Gated(created) {
 			return fmt.Errorf("gated pod %s was created without its scheduling gate", p.Name)
 		}
 		uids = append(uids, created.UID)
@@ -455,7 +455,7 @@ func (bn *bench) gated() error {
 		"From this process's clock: a pod *finished* when that patch answered, its permit *freed* when a watch of the namespace's permits saw it deleted, the next pod *admitted* at the pod watch's first event without the gate `%s`. "+
 		"The baseline is the wake-up rows' handoff through the route (a release's answer to the next waiter's acquired answer, %d waiters woken by `waitSeconds`), taken in turns with the batches on the same control plane. "+
 		"The section took %s, its control plane's start included.\n\n",
-		gatedBatch, gatedHold, gate.Gate, 8, took.Round(time.Second))
+		gatedBatch, gatedHold, gatedpod.Gate, 8, took.Round(time.Second))
 	b.WriteString(gatedTable(gaps))
 	fmt.Fprintf(b, "\n%s\n\n%s\n", gatedVerdict(gaps), calls)
 	return nil

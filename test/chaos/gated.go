@@ -24,7 +24,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/internal/gate"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 // Gated pods (SPEC section 11) as holders: a RoleGated client creates
@@ -305,13 +305,13 @@ func (g *gatedRun) create(ctx context.Context) {
 	g.mu.Unlock()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: p.name,
-			Labels:      map[string]string{gate.Label: gate.LabelValue, gatedClientLabel: strconv.Itoa(c.ID)},
-			Annotations: map[string]string{gate.LockAnnotation: lock}},
+			Labels:      map[string]string{gatedpod.Label: gatedpod.LabelValue, gatedClientLabel: strconv.Itoa(c.ID)},
+			Annotations: map[string]string{gatedpod.LockAnnotation: lock}},
 		Spec: corev1.PodSpec{ServiceAccountName: ClientUser, AutomountServiceAccountToken: new(bool),
 			Containers: []corev1.Container{{Name: "job", Image: "chaos-job"}}},
 	}
 	if lock == Semaphore {
-		pod.Annotations[gate.LimitAnnotation] = strconv.Itoa(SemaphoreLimit)
+		pod.Annotations[gatedpod.LimitAnnotation] = strconv.Itoa(SemaphoreLimit)
 	}
 	for try := 0; ; try++ {
 		op := Op{Client: c.ID, Role: RoleGated, Lock: opLock(lock), Kind: KindPodCreate, Owner: p.name, Call: time.Now().UnixNano()}
@@ -371,7 +371,7 @@ func podOutcome(err error) string {
 // lists again.
 func (g *gatedRun) watch(ctx context.Context, synced chan struct{}) {
 	c := g.c
-	sel := labels.Set{gate.Label: gate.LabelValue, gatedClientLabel: strconv.Itoa(c.ID)}.String()
+	sel := labels.Set{gatedpod.Label: gatedpod.LabelValue, gatedClientLabel: strconv.Itoa(c.ID)}.String()
 	rv := ""
 	once := sync.Once{}
 	for ctx.Err() == nil {
@@ -435,16 +435,16 @@ func (g *gatedRun) observe(pod *corev1.Pod, deleted bool) {
 	p := g.pods[pod.Name]
 	if p == nil {
 		// Made by a create whose answer was lost.
-		p = &gatedPod{name: pod.Name, lock: pod.Annotations[gate.LockAnnotation], created: pod.CreationTimestamp.Time}
+		p = &gatedPod{name: pod.Name, lock: pod.Annotations[gatedpod.LockAnnotation], created: pod.CreationTimestamp.Time}
 		g.pods[p.name] = p
 	}
 	if p.uid == "" {
 		p.uid = string(pod.UID)
 	}
-	if !p.letIn && !gate.Gated(pod) {
+	if !p.letIn && !gatedpod.Gated(pod) {
 		p.letIn, p.start = true, now
-		p.token, _ = strconv.ParseUint(pod.Annotations[gate.TokenAnnotation], 10, 64)
-		p.slot, _ = strconv.Atoi(pod.Annotations[gate.SlotAnnotation])
+		p.token, _ = strconv.ParseUint(pod.Annotations[gatedpod.TokenAnnotation], 10, 64)
+		p.slot, _ = strconv.Atoi(pod.Annotations[gatedpod.SlotAnnotation])
 		if p.end != 0 {
 			g.recordLocked(p) // chosen to be deleted while it still looked gated
 		} else if !deleted {

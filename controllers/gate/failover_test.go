@@ -15,8 +15,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/internal/gate"
 	"github.com/queen-locks/queen-locks/internal/manager"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 // startReplica runs one more manager replica with leader election and gated
@@ -71,7 +71,7 @@ type history struct {
 func (h *history) observe(p *corev1.Pod, deleted bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if tok := p.Annotations[gate.TokenAnnotation]; tok != "" {
+	if tok := p.Annotations[gatedpod.TokenAnnotation]; tok != "" {
 		ts := h.tokens[p.Name]
 		if len(ts) == 0 || ts[len(ts)-1] != tok {
 			h.tokens[p.Name] = append(ts, tok)
@@ -84,7 +84,7 @@ func (h *history) observe(p *corev1.Pod, deleted bool) {
 	}
 	held := 0
 	for _, q := range h.pods {
-		if !gate.Gated(q) && !gate.Finished(q) {
+		if !gatedpod.Gated(q) && !gatedpod.Finished(q) {
 			held++
 		}
 	}

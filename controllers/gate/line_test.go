@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/queen-locks/queen-locks/internal/gate"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 func TestGatedPodsAreLetInOneAtATimeInTheOrderTheyCame(t *testing.T) {
@@ -55,7 +55,7 @@ func TestASemaphoreOfTwoLetsInAtMostTwo(t *testing.T) {
 	ns := entitledNamespace(t)
 	var pods []*corev1.Pod
 	for i := range 5 {
-		pods = append(pods, gated(t, ns, fmt.Sprintf("p%d", i), "licence", gate.LimitAnnotation, "2"))
+		pods = append(pods, gated(t, ns, fmt.Sprintf("p%d", i), "licence", gatedpod.LimitAnnotation, "2"))
 	}
 	a, b := admitted(t, ns, "p0"), admitted(t, ns, "p1")
 	told(t, pods[2], "Waiting", "number 1 in line")
@@ -93,7 +93,7 @@ func TestAPodDeletedWhileWaitingLeavesTheLine(t *testing.T) {
 func TestAPodPastItsTTLIsDeletedAndItsDeadlineLowered(t *testing.T) {
 	ctx := context.Background()
 	ns := entitledNamespace(t)
-	gated(t, ns, "bounded", "bounded", gate.TTLAnnotation, "3s")
+	gated(t, ns, "bounded", "bounded", gatedpod.TTLAnnotation, "3s")
 	p := admitted(t, ns, "bounded")
 	q := permitOf(t, p)
 	// The permit lives the ttl plus the pod's termination grace period.
@@ -130,8 +130,8 @@ func TestRouteHoldersAndGatedPodsShareOneLimit(t *testing.T) {
 	if err != nil || !held.Acquired {
 		t.Fatal(held, err)
 	}
-	a := gated(t, ns, "a", "shared", gate.LimitAnnotation, "2")
-	b := gated(t, ns, "b", "shared", gate.LimitAnnotation, "2")
+	a := gated(t, ns, "a", "shared", gatedpod.LimitAnnotation, "2")
+	b := gated(t, ns, "b", "shared", gatedpod.LimitAnnotation, "2")
 	admitted(t, ns, "a")
 	told(t, b, "Waiting", "number 1 in line")
 	if got := running(t, ns); !slices.Equal(got, []string{"a"}) {
@@ -174,11 +174,11 @@ func TestAnExpiredHolderIsTakenOverWithoutADelete(t *testing.T) {
 	p := gated(t, ns, "next", "stuck")
 	told(t, p, "Waiting", `held by "gone-away"`)
 	got := admitted(t, ns, "next")
-	tok, err := strconv.ParseUint(got.Annotations[gate.TokenAnnotation], 10, 64)
+	tok, err := strconv.ParseUint(got.Annotations[gatedpod.TokenAnnotation], 10, 64)
 	if err != nil || tok <= stuck.Token {
-		t.Fatalf("the pod took over with token %q, want above the expired holder's %d", got.Annotations[gate.TokenAnnotation], stuck.Token)
+		t.Fatalf("the pod took over with token %q, want above the expired holder's %d", got.Annotations[gatedpod.TokenAnnotation], stuck.Token)
 	}
-	if q := permitOf(t, got); q.Spec.Owner != gate.Owner(got) {
+	if q := permitOf(t, got); q.Spec.Owner != gatedpod.Owner(got) {
 		t.Fatalf("the permit's owner is %q, want the pod", q.Spec.Owner)
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/internal/gate"
 	"github.com/queen-locks/queen-locks/internal/manager"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 func TestTheWebhookGatesOnlyLabelledPods(t *testing.T) {
@@ -23,26 +23,26 @@ func TestTheWebhookGatesOnlyLabelledPods(t *testing.T) {
 	ns := entitledNamespace(t)
 
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain",
-		Annotations: map[string]string{gate.LockAnnotation: "nightly"}},
+		Annotations: map[string]string{gatedpod.LockAnnotation: "nightly"}},
 		Spec: corev1.PodSpec{ServiceAccountName: "job", Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
 	if err := env.Client.Create(ctx, plain); err != nil {
 		t.Fatal(err)
 	}
-	if gate.Gated(plain) || plain.Annotations[gate.QueuedAt] != "" {
+	if gatedpod.Gated(plain) || plain.Annotations[gatedpod.QueuedAt] != "" {
 		t.Fatalf("an unlabelled pod was gated: %v %v", plain.Spec.SchedulingGates, plain.Annotations)
 	}
 
 	before := time.Now().Add(-time.Second)
 	// A creator cannot hand its pod a token: the webhook drops it.
-	p := gated(t, ns, "labelled", "nightly", gate.TokenAnnotation, "99999", gate.SlotAnnotation, "0")
-	if !gate.Gated(p) {
+	p := gated(t, ns, "labelled", "nightly", gatedpod.TokenAnnotation, "99999", gatedpod.SlotAnnotation, "0")
+	if !gatedpod.Gated(p) {
 		t.Fatalf("a labelled pod was not gated: %v", p.Spec.SchedulingGates)
 	}
-	at, err := time.Parse(gate.TimeFormat, p.Annotations[gate.QueuedAt])
+	at, err := time.Parse(gatedpod.TimeFormat, p.Annotations[gatedpod.QueuedAt])
 	if err != nil || at.Before(before) || at.After(time.Now().Add(time.Second)) {
-		t.Fatalf("queued-at %q: %v", p.Annotations[gate.QueuedAt], err)
+		t.Fatalf("queued-at %q: %v", p.Annotations[gatedpod.QueuedAt], err)
 	}
-	if p.Annotations[gate.TokenAnnotation] != "" || p.Annotations[gate.SlotAnnotation] != "" {
+	if p.Annotations[gatedpod.TokenAnnotation] != "" || p.Annotations[gatedpod.SlotAnnotation] != "" {
 		t.Fatalf("the creator's token and slot were kept: %v", p.Annotations)
 	}
 }
@@ -55,12 +55,12 @@ func TestTheWebhookRefusesBadPodsNamingTheCause(t *testing.T) {
 		edit  func(*corev1.Pod)
 		cause string
 	}{
-		{"no lock", func(p *corev1.Pod) { delete(p.Annotations, gate.LockAnnotation) }, "annotation locks.queen.dev/lock is required"},
-		{"bad lock", func(p *corev1.Pod) { p.Annotations[gate.LockAnnotation] = "a#b" }, "annotation locks.queen.dev/lock: must not contain '#'"},
-		{"bad limit", func(p *corev1.Pod) { p.Annotations[gate.LimitAnnotation] = "many" }, `annotation locks.queen.dev/limit: "many" is not a whole number`},
-		{"limit too big", func(p *corev1.Pod) { p.Annotations[gate.LimitAnnotation] = "1025" }, "annotation locks.queen.dev/limit: must be from 1 to 1024"},
-		{"bad ttl", func(p *corev1.Pod) { p.Annotations[gate.TTLAnnotation] = "2 hours" }, `annotation locks.queen.dev/ttl: "2 hours" is not a duration`},
-		{"ttl too long", func(p *corev1.Pod) { p.Annotations[gate.TTLAnnotation] = "9000h" }, "annotation locks.queen.dev/ttl: must be whole seconds from 1s"},
+		{"no lock", func(p *corev1.Pod) { delete(p.Annotations, gatedpod.LockAnnotation) }, "annotation locks.queen.dev/lock is required"},
+		{"bad lock", func(p *corev1.Pod) { p.Annotations[gatedpod.LockAnnotation] = "a#b" }, "annotation locks.queen.dev/lock: must not contain '#'"},
+		{"bad limit", func(p *corev1.Pod) { p.Annotations[gatedpod.LimitAnnotation] = "many" }, `annotation locks.queen.dev/limit: "many" is not a whole number`},
+		{"limit too big", func(p *corev1.Pod) { p.Annotations[gatedpod.LimitAnnotation] = "1025" }, "annotation locks.queen.dev/limit: must be from 1 to 1024"},
+		{"bad ttl", func(p *corev1.Pod) { p.Annotations[gatedpod.TTLAnnotation] = "2 hours" }, `annotation locks.queen.dev/ttl: "2 hours" is not a duration`},
+		{"ttl too long", func(p *corev1.Pod) { p.Annotations[gatedpod.TTLAnnotation] = "9000h" }, "annotation locks.queen.dev/ttl: must be whole seconds from 1s"},
 		{"node name", func(p *corev1.Pod) { p.Spec.NodeName = "node-1" }, `must not set spec.nodeName ("node-1")`},
 		{"unentitled account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "other" }, `ServiceAccount "other" of namespace "` + ns + `" may not create queenlocks`},
 		{"default account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "" }, `ServiceAccount "default" of namespace "` + ns + `" may not create queenlocks`},
@@ -110,12 +110,12 @@ func TestOnlyTheManagerLetsAPodIn(t *testing.T) {
 	})
 	refusedWith(t, "changing the token of an admitted pod", "annotations of a gated pod are set at create and then by the queen-locks manager alone", func() error {
 		p, _ := get(t, ns, "holder")
-		p.Annotations[gate.TokenAnnotation] = "1"
+		p.Annotations[gatedpod.TokenAnnotation] = "1"
 		return env.Client.Update(ctx, p)
 	})
 	refusedWith(t, "removing the label", "the label locks.queen.dev/gate of a pod cannot be added, changed or removed", func() error {
 		p, _ := get(t, ns, "waiting")
-		delete(p.Labels, gate.Label)
+		delete(p.Labels, gatedpod.Label)
 		return env.Client.Update(ctx, p)
 	})
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"},
@@ -125,8 +125,8 @@ func TestOnlyTheManagerLetsAPodIn(t *testing.T) {
 	}
 	refusedWith(t, "labelling a running pod", "the label locks.queen.dev/gate of a pod cannot be added", func() error {
 		p, _ := get(t, ns, "plain")
-		p.Labels = map[string]string{gate.Label: gate.LabelValue}
-		p.Annotations = map[string]string{gate.LockAnnotation: "migration", gate.TokenAnnotation: "1"}
+		p.Labels = map[string]string{gatedpod.Label: gatedpod.LabelValue}
+		p.Annotations = map[string]string{gatedpod.LockAnnotation: "migration", gatedpod.TokenAnnotation: "1"}
 		return env.Client.Update(ctx, p)
 	})
 	// Other changes to a gated pod (the Job controller's finalizers, a
@@ -141,7 +141,7 @@ func TestOnlyTheManagerLetsAPodIn(t *testing.T) {
 	if err := env.Client.Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if !gate.Gated(p) {
+	if !gatedpod.Gated(p) {
 		t.Fatal("the waiting pod lost its gate")
 	}
 	finish(t, holder)

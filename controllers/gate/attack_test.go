@@ -35,9 +35,9 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
-	"github.com/queen-locks/queen-locks/internal/gate"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 // finding skips a test that shows a problem, unless the findings are asked
@@ -199,7 +199,7 @@ func atkStays(t *testing.T, ns, name string, d time.Duration) {
 		if !ok {
 			t.Fatalf("pod %s is gone", name)
 		}
-		if !gate.Gated(p) {
+		if !gatedpod.Gated(p) {
 			t.Fatalf("pod %s was let in: %v %v", name, p.Spec.SchedulingGates, p.Annotations)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -260,7 +260,7 @@ func TestAttackEditUserCannotLetAPodIn(t *testing.T) {
 		atkStays(t, ns, waiting.Name, 0)
 		// A pod the user created by apply, whose gate the user's apply
 		// then drops.
-		mine := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"applied","namespace":%q,"labels":{%q:"true"},"annotations":{%q:"busy"}},"spec":{"serviceAccountName":"job","schedulingGates":[{"name":"locks.queen.dev/lock"}],"containers":[{"name":"job","image":"job"}]}}`, ns, gate.Label, gate.LockAnnotation)
+		mine := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"applied","namespace":%q,"labels":{%q:"true"},"annotations":{%q:"busy"}},"spec":{"serviceAccountName":"job","schedulingGates":[{"name":"locks.queen.dev/lock"}],"containers":[{"name":"job","image":"job"}]}}`, ns, gatedpod.Label, gatedpod.LockAnnotation)
 		ap := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "applied"}}
 		if err := alice.Patch(ctx, ap, client.RawPatch(types.ApplyPatchType, []byte(mine)), client.FieldOwner("alice"), client.ForceOwnership); err != nil {
 			t.Fatal(err)
@@ -306,15 +306,15 @@ func TestAttackEditUserCannotLetAPodIn(t *testing.T) {
 	})
 
 	t.Run("create with the token and an early queued-at", func(t *testing.T) {
-		p := newGated(ns, "forged", "busy", gate.TokenAnnotation, "999999999", gate.SlotAnnotation, "0",
-			gate.AdmittedAt, "2000-01-01T00:00:00.000000Z", gate.QueuedAt, "2000-01-01T00:00:00.000000Z")
+		p := newGated(ns, "forged", "busy", gatedpod.TokenAnnotation, "999999999", gatedpod.SlotAnnotation, "0",
+			gatedpod.AdmittedAt, "2000-01-01T00:00:00.000000Z", gatedpod.QueuedAt, "2000-01-01T00:00:00.000000Z")
 		if err := alice.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if !gate.Gated(p) || p.Annotations[gate.TokenAnnotation] != "" || p.Annotations[gate.SlotAnnotation] != "" || p.Annotations[gate.AdmittedAt] != "" {
+		if !gatedpod.Gated(p) || p.Annotations[gatedpod.TokenAnnotation] != "" || p.Annotations[gatedpod.SlotAnnotation] != "" || p.Annotations[gatedpod.AdmittedAt] != "" {
 			t.Fatalf("a forged pod was stored as %v %v", p.Spec.SchedulingGates, p.Annotations)
 		}
-		if strings.HasPrefix(p.Annotations[gate.QueuedAt], "2000") {
+		if strings.HasPrefix(p.Annotations[gatedpod.QueuedAt], "2000") {
 			t.Fatalf("the creator's queued-at was kept: it would jump the line: %v", p.Annotations)
 		}
 		told(t, p, "Waiting", "in line")
@@ -325,7 +325,7 @@ func TestAttackEditUserCannotLetAPodIn(t *testing.T) {
 		if err := alice.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if !gate.Gated(p) {
+		if !gatedpod.Gated(p) {
 			t.Fatalf("stored ungated: %v", p.Spec.SchedulingGates)
 		}
 	})
@@ -345,7 +345,7 @@ func TestAttackEditUserCannotLetAPodIn(t *testing.T) {
 		p := newGated(ns, "bound", "busy")
 		p.Spec.NodeName = "node-1"
 		atkRefused(t, "nodeName", func() error { return alice.Create(ctx, p.DeepCopy()) },
-			`must not set spec.nodeName ("node-1")`, gate.Label)
+			`must not set spec.nodeName ("node-1")`, gatedpod.Label)
 	})
 
 	t.Run("bind the gated pod", func(t *testing.T) {
@@ -370,7 +370,7 @@ func TestAttackEditUserCannotLetAPodIn(t *testing.T) {
 		err := alice.SubResource("ephemeralcontainers").Update(ctx, p)
 		t.Logf("an edit user adding an ephemeral container to a waiting pod: %v", err)
 		cur, _ := get(t, ns, waiting.Name)
-		if !gate.Gated(cur) || cur.Spec.NodeName != "" {
+		if !gatedpod.Gated(cur) || cur.Spec.NodeName != "" {
 			t.Fatalf("the ephemeral containers update let the pod go: %v", cur.Spec.SchedulingGates)
 		}
 	})
@@ -410,12 +410,12 @@ func TestAttackMisspeltLabelIsSilentlyUngated(t *testing.T) {
 	for _, v := range []string{"True", "yes", "1", " true"} {
 		p := newGated(ns, "", "spelt")
 		p.GenerateName = "misspelt-"
-		p.Labels[gate.Label] = v
+		p.Labels[gatedpod.Label] = v
 		if err := alice.Create(ctx, p); err != nil {
 			t.Logf("label %q: refused: %v", v, err)
 			continue
 		}
-		if gate.Gated(p) {
+		if gatedpod.Gated(p) {
 			t.Fatalf("label %q gated the pod", v)
 		}
 		t.Logf("label %q: created ungated, with annotations %v: it runs beside the lock's holder", v, p.Annotations)
@@ -433,8 +433,8 @@ func TestAttackFakeMirrorPodLooksAdmitted(t *testing.T) {
 	alice, _ := atkEditUser(t, ns)
 	p := newGated(ns, "fake-mirror", "mirror",
 		corev1.MirrorPodAnnotationKey, "forged",
-		gate.TokenAnnotation, "999999999", gate.SlotAnnotation, "0",
-		gate.AdmittedAt, time.Now().UTC().Format(gate.TimeFormat), gate.TTLAnnotation, "2s")
+		gatedpod.TokenAnnotation, "999999999", gatedpod.SlotAnnotation, "0",
+		gatedpod.AdmittedAt, time.Now().UTC().Format(gatedpod.TimeFormat), gatedpod.TTLAnnotation, "2s")
 	// The API requires a mirror pod to be bound; the webhook, which skips
 	// mirror pods, does not refuse its nodeName.
 	p.Spec.NodeName = "node-1"
@@ -447,7 +447,7 @@ func TestAttackFakeMirrorPodLooksAdmitted(t *testing.T) {
 		return
 	}
 	t.Logf("stored: gates %v, annotations %v", p.Spec.SchedulingGates, p.Annotations)
-	if !gate.Gated(p) && p.Annotations[gate.TokenAnnotation] == "999999999" {
+	if !gatedpod.Gated(p) && p.Annotations[gatedpod.TokenAnnotation] == "999999999" {
 		fixedFinding(t, "a user-created pod with the mirror annotation is exempt from the gate webhook and the gated-pods policy, so an edit user can store a labelled pod with a forged token/slot/admitted-at that listings (docs' custom-columns) and the line take for an admitted holder; the exemption should be limited to the kubelet (request.userInfo.groups contains 'system:nodes')")
 		// Does the line act on it?
 		gone := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
@@ -477,7 +477,7 @@ func TestAttackDeletingAGatedPodsPermitLetsTheNextIn(t *testing.T) {
 	}
 	letIn := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		p, _ := get(t, ns, waiting.Name)
-		return !gate.Gated(p), nil
+		return !gatedpod.Gated(p), nil
 	}) == nil
 	t.Logf("the next pod was let in while the first runs: %v; running: %v", letIn, running(t, ns))
 	if letIn {
@@ -499,12 +499,12 @@ func TestAttackRenewingAGatedPodsPermitShortLetsTheNextIn(t *testing.T) {
 	if err != nil {
 		return
 	}
-	if cur, ok := get(t, ns, holder.Name); ok && cur.Annotations[gate.TokenAnnotation] != q.ResourceVersion {
-		t.Logf("the pod's token %s no longer matches its permit's %s: its fenced writes (section 8) now fail", cur.Annotations[gate.TokenAnnotation], q.ResourceVersion)
+	if cur, ok := get(t, ns, holder.Name); ok && cur.Annotations[gatedpod.TokenAnnotation] != q.ResourceVersion {
+		t.Logf("the pod's token %s no longer matches its permit's %s: its fenced writes (section 8) now fail", cur.Annotations[gatedpod.TokenAnnotation], q.ResourceVersion)
 	}
 	letIn := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
 		p, _ := get(t, ns, waiting.Name)
-		return !gate.Gated(p), nil
+		return !gatedpod.Gated(p), nil
 	}) == nil
 	t.Logf("the next pod was let in while the first runs: %v; running: %v", letIn, running(t, ns))
 	if letIn {
@@ -521,14 +521,14 @@ func TestAttackALargerLimitSkipsTheLine(t *testing.T) {
 	ns := entitledNamespace(t)
 	gated(t, ns, "holder", "mixed")
 	holder := admitted(t, ns, "holder")
-	jumper := gated(t, ns, "jumper", "mixed", gate.LimitAnnotation, "1024")
+	jumper := gated(t, ns, "jumper", "mixed", gatedpod.LimitAnnotation, "1024")
 	p := admitted(t, ns, jumper.Name)
 	t.Logf("a pod with limit 1024 let in at slot %s while %s (limit 1) holds slot 0: running %v",
-		p.Annotations[gate.SlotAnnotation], holder.Name, running(t, ns))
+		p.Annotations[gatedpod.SlotAnnotation], holder.Name, running(t, ns))
 	// Behind a waiting pod of limit 1 it waits its turn (head of line).
 	waiting := gated(t, ns, "waiting", "mixed")
 	told(t, waiting, "Waiting", "number 1 in line")
-	second := gated(t, ns, "second-jumper", "mixed", gate.LimitAnnotation, "1024")
+	second := gated(t, ns, "second-jumper", "mixed", gatedpod.LimitAnnotation, "1024")
 	told(t, second, "Waiting", "number 2 in line")
 	if n := len(running(t, ns)); n > 1 {
 		finding(t, "pods of one lock may carry different limits and the larger rules (as the route's semaphores do): a later pod with a larger limit is let in beside a running pod that asked for at most 1; nothing refuses or warns at admission, and docs/gated-pods.md does not say it (refuse a pod whose limit differs from the lock's waiting/holding gated pods, or document it)")
@@ -549,36 +549,36 @@ func TestAttackBadAnnotationsAreRefusedNamingThem(t *testing.T) {
 	for _, c := range []struct {
 		name, key, value, cause string
 	}{
-		{"empty lock", gate.LockAnnotation, "", "must not be empty"},
-		{"long lock", gate.LockAnnotation, long, "at most 256 bytes"},
-		{"long in bytes", gate.LockAnnotation, wide, "at most 256 bytes"},
-		{"newline", gate.LockAnnotation, "a\nb", "control character"},
-		{"nul", gate.LockAnnotation, "a\x00b", "control character"},
-		{"del", gate.LockAnnotation, "a\x7fb", "control character"},
-		{"c1 control", gate.LockAnnotation, "a\u0085b", "control character"},
-		{"hash", gate.LockAnnotation, "a#0", "'#'"},
-		{"limit 0", gate.LimitAnnotation, "0", "must be from 1 to 1024"},
-		{"limit -1", gate.LimitAnnotation, "-1", "must be from 1 to 1024"},
-		{"limit 1025", gate.LimitAnnotation, "1025", "must be from 1 to 1024"},
-		{"limit 1e3", gate.LimitAnnotation, "1e3", "is not a whole number"},
-		{"limit space", gate.LimitAnnotation, " 2", "is not a whole number"},
-		{"limit trailing space", gate.LimitAnnotation, "2 ", "is not a whole number"},
-		{"limit empty", gate.LimitAnnotation, "", "is not a whole number"},
-		{"limit hex", gate.LimitAnnotation, "0x10", "is not a whole number"},
-		{"limit fraction", gate.LimitAnnotation, "1.0", "is not a whole number"},
-		{"limit huge", gate.LimitAnnotation, "99999999999999999999999", "is not a whole number"},
-		{"limit int64 max", gate.LimitAnnotation, "9223372036854775807", "must be from 1 to 1024"},
-		{"limit arabic digit", gate.LimitAnnotation, "٢", "is not a whole number"},
-		{"ttl 0s", gate.TTLAnnotation, "0s", "must be whole seconds from 1s"},
-		{"ttl -1s", gate.TTLAnnotation, "-1s", "must be whole seconds from 1s"},
-		{"ttl 1y", gate.TTLAnnotation, "1y", "is not a duration"},
-		{"ttl bare number", gate.TTLAnnotation, "30", "is not a duration"},
-		{"ttl empty", gate.TTLAnnotation, "", "is not a duration"},
-		{"ttl fraction", gate.TTLAnnotation, "1.5s", "must be whole seconds"},
-		{"ttl past a year", gate.TTLAnnotation, "8761h", "must be whole seconds from 1s to"},
-		{"ttl huge", gate.TTLAnnotation, "9999999999999h", "is not a duration"},
-		{"ttl int64 ns", gate.TTLAnnotation, "9223372036854775807ns", "must be whole seconds"},
-		{"ttl control", gate.TTLAnnotation, "1h\x01", "is not a duration"},
+		{"empty lock", gatedpod.LockAnnotation, "", "must not be empty"},
+		{"long lock", gatedpod.LockAnnotation, long, "at most 256 bytes"},
+		{"long in bytes", gatedpod.LockAnnotation, wide, "at most 256 bytes"},
+		{"newline", gatedpod.LockAnnotation, "a\nb", "control character"},
+		{"nul", gatedpod.LockAnnotation, "a\x00b", "control character"},
+		{"del", gatedpod.LockAnnotation, "a\x7fb", "control character"},
+		{"c1 control", gatedpod.LockAnnotation, "a\u0085b", "control character"},
+		{"hash", gatedpod.LockAnnotation, "a#0", "'#'"},
+		{"limit 0", gatedpod.LimitAnnotation, "0", "must be from 1 to 1024"},
+		{"limit -1", gatedpod.LimitAnnotation, "-1", "must be from 1 to 1024"},
+		{"limit 1025", gatedpod.LimitAnnotation, "1025", "must be from 1 to 1024"},
+		{"limit 1e3", gatedpod.LimitAnnotation, "1e3", "is not a whole number"},
+		{"limit space", gatedpod.LimitAnnotation, " 2", "is not a whole number"},
+		{"limit trailing space", gatedpod.LimitAnnotation, "2 ", "is not a whole number"},
+		{"limit empty", gatedpod.LimitAnnotation, "", "is not a whole number"},
+		{"limit hex", gatedpod.LimitAnnotation, "0x10", "is not a whole number"},
+		{"limit fraction", gatedpod.LimitAnnotation, "1.0", "is not a whole number"},
+		{"limit huge", gatedpod.LimitAnnotation, "99999999999999999999999", "is not a whole number"},
+		{"limit int64 max", gatedpod.LimitAnnotation, "9223372036854775807", "must be from 1 to 1024"},
+		{"limit arabic digit", gatedpod.LimitAnnotation, "٢", "is not a whole number"},
+		{"ttl 0s", gatedpod.TTLAnnotation, "0s", "must be whole seconds from 1s"},
+		{"ttl -1s", gatedpod.TTLAnnotation, "-1s", "must be whole seconds from 1s"},
+		{"ttl 1y", gatedpod.TTLAnnotation, "1y", "is not a duration"},
+		{"ttl bare number", gatedpod.TTLAnnotation, "30", "is not a duration"},
+		{"ttl empty", gatedpod.TTLAnnotation, "", "is not a duration"},
+		{"ttl fraction", gatedpod.TTLAnnotation, "1.5s", "must be whole seconds"},
+		{"ttl past a year", gatedpod.TTLAnnotation, "8761h", "must be whole seconds from 1s to"},
+		{"ttl huge", gatedpod.TTLAnnotation, "9999999999999h", "is not a duration"},
+		{"ttl int64 ns", gatedpod.TTLAnnotation, "9223372036854775807ns", "must be whole seconds"},
+		{"ttl control", gatedpod.TTLAnnotation, "1h\x01", "is not a duration"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := newGated(ns, "bad", "nightly")
@@ -603,17 +603,17 @@ func TestAttackBadAnnotationsAreRefusedNamingThem(t *testing.T) {
 
 	// Good values at the edges are admitted.
 	for i, ann := range []map[string]string{
-		{gate.LockAnnotation: strings.Repeat("x", 256)},
-		{gate.LockAnnotation: strings.Repeat("é", 128)},
-		{gate.LockAnnotation: "データ/レポート 1"},
-		{gate.LockAnnotation: "zero\u200bwidth"},
-		{gate.LockAnnotation: "l", gate.LimitAnnotation: "1024"},
-		{gate.LockAnnotation: "l", gate.LimitAnnotation: "+2"},
-		{gate.LockAnnotation: "l", gate.LimitAnnotation: "002"},
-		{gate.LockAnnotation: "l", gate.TTLAnnotation: "2h30m"},
-		{gate.LockAnnotation: "l", gate.TTLAnnotation: "1s"},
-		{gate.LockAnnotation: "l", gate.TTLAnnotation: "8760h"},
-		{gate.LockAnnotation: "l", gate.TTLAnnotation: ".5h"},
+		{gatedpod.LockAnnotation: strings.Repeat("x", 256)},
+		{gatedpod.LockAnnotation: strings.Repeat("é", 128)},
+		{gatedpod.LockAnnotation: "データ/レポート 1"},
+		{gatedpod.LockAnnotation: "zero\u200bwidth"},
+		{gatedpod.LockAnnotation: "l", gatedpod.LimitAnnotation: "1024"},
+		{gatedpod.LockAnnotation: "l", gatedpod.LimitAnnotation: "+2"},
+		{gatedpod.LockAnnotation: "l", gatedpod.LimitAnnotation: "002"},
+		{gatedpod.LockAnnotation: "l", gatedpod.TTLAnnotation: "2h30m"},
+		{gatedpod.LockAnnotation: "l", gatedpod.TTLAnnotation: "1s"},
+		{gatedpod.LockAnnotation: "l", gatedpod.TTLAnnotation: "8760h"},
+		{gatedpod.LockAnnotation: "l", gatedpod.TTLAnnotation: ".5h"},
 	} {
 		p := newGated(ns, fmt.Sprintf("good-%d", i), "x")
 		p.Annotations = ann
@@ -630,12 +630,12 @@ func TestAttackBadAnnotationsAreRefusedNamingThem(t *testing.T) {
 func TestAttackBadAnnotationsByUpdateAreRefused(t *testing.T) {
 	ns := entitledNamespace(t)
 	alice, _ := atkEditUser(t, ns)
-	p := gated(t, ns, "valid", "upd", gate.TTLAnnotation, "1h")
+	p := gated(t, ns, "valid", "upd", gatedpod.TTLAnnotation, "1h")
 	before := admitted(t, ns, "valid")
 	for _, c := range []struct{ key, value string }{
-		{gate.LockAnnotation, ""}, {gate.LockAnnotation, "a\nb"}, {gate.LockAnnotation, "other"},
-		{gate.LimitAnnotation, "0"}, {gate.LimitAnnotation, "1e3"}, {gate.LimitAnnotation, "2"},
-		{gate.TTLAnnotation, "0s"}, {gate.TTLAnnotation, "1y"}, {gate.TTLAnnotation, "2h30m"},
+		{gatedpod.LockAnnotation, ""}, {gatedpod.LockAnnotation, "a\nb"}, {gatedpod.LockAnnotation, "other"},
+		{gatedpod.LimitAnnotation, "0"}, {gatedpod.LimitAnnotation, "1e3"}, {gatedpod.LimitAnnotation, "2"},
+		{gatedpod.TTLAnnotation, "0s"}, {gatedpod.TTLAnnotation, "1y"}, {gatedpod.TTLAnnotation, "2h30m"},
 		{"locks.queen.dev/anything", "x"},
 	} {
 		raw, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{c.key: c.value}}})
@@ -676,8 +676,8 @@ func TestAttackStatusSubresourceChangesTheLockAnnotations(t *testing.T) {
 	t.Logf("the administrator removing a waiting pod's label through pods/status: %v", err2)
 	cur, _ := get(t, ns, holder.Name)
 	w, _ := get(t, ns, waiting.Name)
-	changed := cur.Annotations[gate.TokenAnnotation] == "1" || cur.Annotations[gate.LockAnnotation] == "elsewhere" || !gate.Labelled(w)
-	t.Logf("after: holder token %q lock %q; waiting labelled %v", cur.Annotations[gate.TokenAnnotation], cur.Annotations[gate.LockAnnotation], gate.Labelled(w))
+	changed := cur.Annotations[gatedpod.TokenAnnotation] == "1" || cur.Annotations[gatedpod.LockAnnotation] == "elsewhere" || !gatedpod.Labelled(w)
+	t.Logf("after: holder token %q lock %q; waiting labelled %v", cur.Annotations[gatedpod.TokenAnnotation], cur.Annotations[gatedpod.LockAnnotation], gatedpod.Labelled(w))
 	if changed {
 		fixedFinding(t, "the gated-pods policies match resources [pods] only: an update through pods/status changes the label and the locks.queen.dev/ annotations (token, lock) unchecked; add pods/status to the policy's resourceRules")
 		t.Fatal("pods/status changed what only the manager may change")
@@ -693,13 +693,13 @@ func TestAttackBindingSetsLockAnnotations(t *testing.T) {
 	gated(t, ns, "tobind", "bind")
 	p := admitted(t, ns, "tobind")
 	b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.Name,
-		Annotations: map[string]string{gate.TokenAnnotation: "1"}},
+		Annotations: map[string]string{gatedpod.TokenAnnotation: "1"}},
 		Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}
 	err := env.Client.SubResource("binding").Create(ctx, p, b)
 	t.Logf("binding an admitted pod with a token annotation: %v", err)
 	cur, _ := get(t, ns, p.Name)
-	t.Logf("after: node %q token %q", cur.Spec.NodeName, cur.Annotations[gate.TokenAnnotation])
-	if cur.Annotations[gate.TokenAnnotation] == "1" {
+	t.Logf("after: node %q token %q", cur.Spec.NodeName, cur.Annotations[gatedpod.TokenAnnotation])
+	if cur.Annotations[gatedpod.TokenAnnotation] == "1" {
 		finding(t, "pods/binding copies the binding's annotations onto the pod and is not matched by the gated-pods policy: a binder (scheduler or anyone with pods/binding) can rewrite locks.queen.dev/token")
 		t.Fatal("a binding changed the pod's token")
 	}
@@ -879,27 +879,27 @@ func newAtkWatch() *atkWatch {
 func (h *atkWatch) pod(p *corev1.Pod, deleted bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !gate.Labelled(p) {
+	if !gatedpod.Labelled(p) {
 		return
 	}
-	lock := p.Annotations[gate.LockAnnotation]
+	lock := p.Annotations[gatedpod.LockAnnotation]
 	h.lockOf[p.Name] = lock
 	h.uid[p.Name] = p.UID
-	if t, err := time.Parse(gate.TimeFormat, p.Annotations[gate.QueuedAt]); err == nil {
+	if t, err := time.Parse(gatedpod.TimeFormat, p.Annotations[gatedpod.QueuedAt]); err == nil {
 		h.queued[p.Name] = t
 	}
 	prev := h.pods[p.Name]
-	if tok := p.Annotations[gate.TokenAnnotation]; tok != "" {
+	if tok := p.Annotations[gatedpod.TokenAnnotation]; tok != "" {
 		ts := h.tokens[p.Name]
 		if len(ts) == 0 || ts[len(ts)-1] != tok {
 			h.tokens[p.Name] = append(ts, tok)
 		}
 	}
-	if !deleted && !gate.Gated(p) && (prev == nil || gate.Gated(prev)) {
+	if !deleted && !gatedpod.Gated(p) && (prev == nil || gatedpod.Gated(prev)) {
 		// Let in now: it must be the first in line of its lock among the
 		// pods still waiting with nothing but our gate.
 		for name, q := range h.pods {
-			if name == p.Name || h.lockOf[name] != lock || !gate.OnlyOurGate(q) || q.DeletionTimestamp != nil {
+			if name == p.Name || h.lockOf[name] != lock || !gatedpod.OnlyOurGate(q) || q.DeletionTimestamp != nil {
 				continue
 			}
 			if h.queued[name].Before(h.queued[p.Name]) {
@@ -916,7 +916,7 @@ func (h *atkWatch) pod(p *corev1.Pod, deleted bool) {
 	}
 	var held []string
 	for name, q := range h.pods {
-		if h.lockOf[name] == lock && !gate.Gated(q) && !gate.Finished(q) {
+		if h.lockOf[name] == lock && !gatedpod.Gated(q) && !gatedpod.Finished(q) {
 			held = append(held, name)
 		}
 	}
@@ -1062,7 +1062,7 @@ func TestAttackRaceManyPodsTwoLocks(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lock, extra := "race", []string{gate.LimitAnnotation, "3"}
+			lock, extra := "race", []string{gatedpod.LimitAnnotation, "3"}
 			if i >= n {
 				lock, extra = "solo", nil
 			}
@@ -1086,13 +1086,13 @@ func TestAttackRaceManyPodsTwoLocks(t *testing.T) {
 		}
 		var pods []*corev1.Pod
 		for i := range list.Items {
-			if list.Items[i].Annotations[gate.LockAnnotation] == lock {
+			if list.Items[i].Annotations[gatedpod.LockAnnotation] == lock {
 				pods = append(pods, &list.Items[i])
 			}
 		}
 		sort.Slice(pods, func(i, j int) bool {
-			return pods[i].Annotations[gate.QueuedAt] < pods[j].Annotations[gate.QueuedAt] ||
-				(pods[i].Annotations[gate.QueuedAt] == pods[j].Annotations[gate.QueuedAt] && pods[i].UID < pods[j].UID)
+			return pods[i].Annotations[gatedpod.QueuedAt] < pods[j].Annotations[gatedpod.QueuedAt] ||
+				(pods[i].Annotations[gatedpod.QueuedAt] == pods[j].Annotations[gatedpod.QueuedAt] && pods[i].UID < pods[j].UID)
 		})
 		last = pods[len(pods)-1]
 		told(t, last, "Waiting", fmt.Sprintf("number %d in line", len(pods)))
@@ -1129,18 +1129,18 @@ func TestAttackRaceManyPodsTwoLocks(t *testing.T) {
 		held := map[string]int{}
 		for i := range list.Items {
 			p := &list.Items[i]
-			if gate.Labelled(p) && !gate.Gated(p) && !gate.Finished(p) && !ended[p.Name] {
-				held[p.Annotations[gate.LockAnnotation]]++
+			if gatedpod.Labelled(p) && !gatedpod.Gated(p) && !gatedpod.Finished(p) && !ended[p.Name] {
+				held[p.Annotations[gatedpod.LockAnnotation]]++
 			}
 		}
 		for i := range list.Items {
 			p := &list.Items[i]
-			if !gate.Labelled(p) || gate.Finished(p) {
+			if !gatedpod.Labelled(p) || gatedpod.Finished(p) {
 				continue
 			}
 			left++
-			if gate.Gated(p) {
-				if !lateDeleted && p.Annotations[gate.LockAnnotation] == "race" && len(ended) > 5 {
+			if gatedpod.Gated(p) {
+				if !lateDeleted && p.Annotations[gatedpod.LockAnnotation] == "race" && len(ended) > 5 {
 					// Only the waiting version read here: a pod let in
 					// meanwhile is not deleted, and another is tried.
 					rv := p.ResourceVersion
@@ -1151,7 +1151,7 @@ func TestAttackRaceManyPodsTwoLocks(t *testing.T) {
 			if ended[p.Name] {
 				continue
 			}
-			lock := p.Annotations[gate.LockAnnotation]
+			lock := p.Annotations[gatedpod.LockAnnotation]
 			if _, ok := seen[p.Name]; !ok {
 				seen[p.Name] = time.Now()
 			}
@@ -1294,7 +1294,7 @@ func TestAttackNotEntitledThenEntitledAgain(t *testing.T) {
 	}
 	// Let RBAC's informer see it, then free the lock.
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		missing, err := gate.Entitled(ctx, env.Clientset, ns, "job")
+		missing, err := gatedpod.Entitled(ctx, env.Clientset, ns, "job")
 		return missing != "", err
 	}); err != nil {
 		t.Fatal(err)
@@ -1309,7 +1309,7 @@ func TestAttackNotEntitledThenEntitledAgain(t *testing.T) {
 	}
 	letIn := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		p, _ := get(t, ns, waiting.Name)
-		return !gate.Gated(p), nil
+		return !gatedpod.Gated(p), nil
 	}) == nil
 	if !letIn {
 		t.Fatal("the pod stayed gated 30s after its ServiceAccount may hold locks again")
@@ -1346,7 +1346,7 @@ func TestAttackQuotaRoomDoesNotWakeTheLine(t *testing.T) {
 	}
 	letIn := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		cur, _ := get(t, ns, p.Name)
-		return !gate.Gated(cur), nil
+		return !gatedpod.Gated(cur), nil
 	}) == nil
 	if !letIn {
 		t.Fatal("the pod stayed gated 30s after the quota had room")
@@ -1409,7 +1409,7 @@ func TestAttackTerminatingWaitingPodLeavesTheLine(t *testing.T) {
 		t.Fatalf("a terminating pod holds %v", h)
 	}
 	cur, _ := get(t, ns, waiting.Name)
-	if !gate.Gated(cur) {
+	if !gatedpod.Gated(cur) {
 		t.Fatal("a terminating pod was let in")
 	}
 	_ = atkMerge(t, env.Client, cur, `{"metadata":{"finalizers":null}}`)
@@ -1438,7 +1438,7 @@ func TestAttackMixedLimitsHeadOfLine(t *testing.T) {
 	}
 	narrow := gated(t, ns, "narrow", "hol") // limit 1: only slot 0
 	told(t, narrow, "Waiting", "number 1 in line")
-	wide := gated(t, ns, "wide", "hol", gate.LimitAnnotation, "3")
+	wide := gated(t, ns, "wide", "hol", gatedpod.LimitAnnotation, "3")
 	told(t, wide, "Waiting", "number 2 in line")
 	t.Logf("a pod of limit 3 waits behind a pod of limit 1 while 2 of its 3 slots are free: head-of-line blocking (it keeps the order the SPEC promises)")
 	if ok, err := l.Release(ctx, ns, "hol", held.Slot, held.Token, held.Owner); err != nil || !ok {
@@ -1446,7 +1446,7 @@ func TestAttackMixedLimitsHeadOfLine(t *testing.T) {
 	}
 	a := admitted(t, ns, "narrow")
 	b := admitted(t, ns, "wide")
-	t.Logf("then both run: narrow slot %s, wide slot %s: %v", a.Annotations[gate.SlotAnnotation], b.Annotations[gate.SlotAnnotation], running(t, ns))
+	t.Logf("then both run: narrow slot %s, wide slot %s: %v", a.Annotations[gatedpod.SlotAnnotation], b.Annotations[gatedpod.SlotAnnotation], running(t, ns))
 }
 
 // Pods deleted right after they are created, while the lock is free: the
@@ -1510,7 +1510,7 @@ func TestAttackDelayedLetInOutlivesItsPermit(t *testing.T) {
 	// patch: the line does not acquire while it is there.
 	// The ttl outlasts the delay below: a pod whose ttl has already run
 	// out when it is let in is deleted at once, before the test can read it.
-	p := newGated(ns, "late", "late", gate.TTLAnnotation, "30s")
+	p := newGated(ns, "late", "late", gatedpod.TTLAnnotation, "30s")
 	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/hold"}}
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
@@ -1531,7 +1531,7 @@ func TestAttackDelayedLetInOutlivesItsPermit(t *testing.T) {
 	}
 	a := admitted(t, ns, "late")
 	q := permitOf(t, a)
-	at, err := time.Parse(gate.TimeFormat, a.Annotations[gate.AdmittedAt])
+	at, err := time.Parse(gatedpod.TimeFormat, a.Annotations[gatedpod.AdmittedAt])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1540,8 +1540,8 @@ func TestAttackDelayedLetInOutlivesItsPermit(t *testing.T) {
 	// after that.
 	podEnd := at.Add(30*time.Second + 30*time.Second)
 	t.Logf("permit acquired %s, expires %s; pod admitted %s, may run until %s",
-		q.Spec.AcquireTime.UTC().Format(gate.TimeFormat), q.Spec.ExpireTime.UTC().Format(gate.TimeFormat), at.Format(gate.TimeFormat), podEnd.Format(gate.TimeFormat))
+		q.Spec.AcquireTime.UTC().Format(gatedpod.TimeFormat), q.Spec.ExpireTime.UTC().Format(gatedpod.TimeFormat), at.Format(gatedpod.TimeFormat), podEnd.Format(gatedpod.TimeFormat))
 	if podEnd.After(q.Spec.ExpireTime.Time) {
-		t.Fatalf("the pod may run until %s, %s after its permit expires", podEnd.Format(gate.TimeFormat), podEnd.Sub(q.Spec.ExpireTime.Time))
+		t.Fatalf("the pod may run until %s, %s after its permit expires", podEnd.Format(gatedpod.TimeFormat), podEnd.Sub(q.Spec.ExpireTime.Time))
 	}
 }

@@ -1,11 +1,12 @@
-// Package gate holds gated pods (SPEC section 11): a pod labelled
-// locks.queen.dev/gate: "true" waits at a scheduling gate until the manager
-// takes its lock for it. The admission webhook checks and gates such pods at
-// create; the line, on the leader, admits them in the order they were queued
-// as slots free, with one patch that lifts the gate and hands the pod its
-// token. The permit names the pod, so the expiry controller's pod follower
-// frees it when the pod ends, as it does for any holder pod.
-package gate
+// Package gatedpod holds what both halves of gated pods read: the label that
+// opts a pod in, the annotations that name its lock, limit and ttl, the ones
+// the manager stamps on it, and whether its ServiceAccount may hold locks. A
+// pod labelled locks.queen.dev/gate: "true" waits at a scheduling gate until
+// the manager takes its lock for it: the pod webhook (package webhook) checks
+// and gates it at create, and the line (package controllers/gate), on the
+// leader, lets it in as slots free. The permit names the pod, so the holder
+// pod follower frees it when the pod ends, as it does for any holder pod.
+package gatedpod
 
 import (
 	"fmt"
@@ -42,10 +43,6 @@ const (
 	// its permit's lifetime began (the ttl counts from there, so the pod
 	// never outlives its permit); else when the manager let it in.
 	AdmittedAt = "locks.queen.dev/admitted-at"
-
-	// mirrorAnnotation marks a static pod's mirror, which the kubelet
-	// creates and no gate can hold.
-	mirrorAnnotation = corev1.MirrorPodAnnotationKey
 )
 
 // TimeFormat is the format of queued-at and admitted-at: UTC to the
@@ -138,10 +135,10 @@ func Finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// queuedAt is when the pod joined the line. A pod without the annotation
+// QueuedAtTime is when the pod joined the line. A pod without the annotation
 // (it cannot be, unless written before the webhook stamped it) queues by
 // its creation time.
-func queuedAt(pod *corev1.Pod) time.Time {
+func QueuedAtTime(pod *corev1.Pod) time.Time {
 	if t, err := time.Parse(TimeFormat, pod.Annotations[QueuedAt]); err == nil {
 		return t
 	}

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/queen-locks/queen-locks/internal/webhook"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/webhook"
 )
 
 // guardKind installs the guard webhooks for one more kind, as the chart

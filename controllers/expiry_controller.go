@@ -2,7 +2,7 @@
 // permit once its lifetime has ended (or its holder's pod is gone), so that
 // a holder that died frees its slot, and the deletion controller, which lets
 // a deleted permit go at once, whatever finalizers it carries.
-package controller
+package controllers
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package controller_test
+package controllers_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/permit"
 )
 
@@ -60,7 +60,7 @@ func TestReconcileDeletesAtExpiryPlusGraceAndNotBefore(t *testing.T) {
 	p := create(t, namespace(t), "report", 3600)
 	grace := time.Second
 	clk := clocktesting.NewFakePassiveClock(p.Spec.ExpireTime.Add(grace - time.Millisecond))
-	r := &controller.Expiry{Client: env.Client, Clock: clk, Grace: grace}
+	r := &controllers.Expiry{Client: env.Client, Clock: clk, Grace: grace}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
 
 	res, err := r.Reconcile(ctx, req)
@@ -91,7 +91,7 @@ func TestRenewThatLandsFirstKeepsThePermit(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := clocktesting.NewFakePassiveClock(stale.Spec.ExpireTime.Add(time.Hour))
-	r := &controller.Expiry{Client: staleReader{env.Client, stale}, Clock: clk, Grace: time.Second}
+	r := &controllers.Expiry{Client: staleReader{env.Client, stale}, Clock: clk, Grace: time.Second}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
 		t.Fatal(err)
 	}

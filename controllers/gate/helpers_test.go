@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/internal/gate"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 // entitledNamespace is a new namespace whose ServiceAccount "job" may hold
@@ -49,8 +49,8 @@ func entitledNamespace(t *testing.T) string {
 func newGated(ns, name, lock string, annotations ...string) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels:      map[string]string{gate.Label: gate.LabelValue},
-			Annotations: map[string]string{gate.LockAnnotation: lock}},
+			Labels:      map[string]string{gatedpod.Label: gatedpod.LabelValue},
+			Annotations: map[string]string{gatedpod.LockAnnotation: lock}},
 		Spec: corev1.PodSpec{ServiceAccountName: "job", Containers: []corev1.Container{{Name: "job", Image: "job"}}},
 	}
 	for i := 0; i+1 < len(annotations); i += 2 {
@@ -88,7 +88,7 @@ func admitted(t *testing.T, ns, name string) *corev1.Pod {
 	var got *corev1.Pod
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		p, ok := get(t, ns, name)
-		if ok && !gate.Gated(p) {
+		if ok && !gatedpod.Gated(p) {
 			got = p
 		}
 		return got != nil, nil
@@ -96,7 +96,7 @@ func admitted(t *testing.T, ns, name string) *corev1.Pod {
 	if err != nil {
 		t.Fatalf("pod %s was not let in within 30s", name)
 	}
-	if got.Annotations[gate.TokenAnnotation] == "" || got.Annotations[gate.SlotAnnotation] == "" {
+	if got.Annotations[gatedpod.TokenAnnotation] == "" || got.Annotations[gatedpod.SlotAnnotation] == "" {
 		t.Fatalf("pod %s was let in without its token and slot: %v", name, got.Annotations)
 	}
 	return got
@@ -153,16 +153,16 @@ func remove(t *testing.T, p *corev1.Pod) time.Time {
 // permitOf is the permit held for the admitted pod, which must name it.
 func permitOf(t *testing.T, p *corev1.Pod) *locksv1alpha1.QueenLock {
 	t.Helper()
-	slot, err := strconv.Atoi(p.Annotations[gate.SlotAnnotation])
+	slot, err := strconv.Atoi(p.Annotations[gatedpod.SlotAnnotation])
 	if err != nil {
 		t.Fatal(err)
 	}
 	var q locksv1alpha1.QueenLock
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: p.Namespace, Name: permit.Name(p.Annotations[gate.LockAnnotation], slot)}, &q); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: p.Namespace, Name: permit.Name(p.Annotations[gatedpod.LockAnnotation], slot)}, &q); err != nil {
 		t.Fatalf("the permit of pod %s: %v", p.Name, err)
 	}
-	if q.ResourceVersion != p.Annotations[gate.TokenAnnotation] {
-		t.Fatalf("pod %s carries token %s, its permit is at %s", p.Name, p.Annotations[gate.TokenAnnotation], q.ResourceVersion)
+	if q.ResourceVersion != p.Annotations[gatedpod.TokenAnnotation] {
+		t.Fatalf("pod %s carries token %s, its permit is at %s", p.Name, p.Annotations[gatedpod.TokenAnnotation], q.ResourceVersion)
 	}
 	if q.Spec.Owner != "pod:"+string(p.UID) || q.Spec.HolderPod == nil || q.Spec.HolderPod.UID != string(p.UID) ||
 		q.Spec.HolderPod.Name != p.Name || q.Spec.HolderPod.Namespace != p.Namespace {
@@ -176,7 +176,7 @@ func freedWithin(t *testing.T, p *corev1.Pod, since time.Time, d time.Duration) 
 	t.Helper()
 	owner := "pod:" + string(p.UID)
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, d, true, func(ctx context.Context) (bool, error) {
-		return len(heldBy(t, p.Namespace, p.Annotations[gate.LockAnnotation], owner)) == 0, nil
+		return len(heldBy(t, p.Namespace, p.Annotations[gatedpod.LockAnnotation], owner)) == 0, nil
 	})
 	if err != nil {
 		t.Fatalf("the permit of pod %s was not freed within %s of its end", p.Name, d)
@@ -208,7 +208,7 @@ func running(t *testing.T, ns string) []string {
 	}
 	var out []string
 	for _, p := range list.Items {
-		if gate.Labelled(&p) && !gate.Gated(&p) && !gate.Finished(&p) {
+		if gatedpod.Labelled(&p) && !gatedpod.Gated(&p) && !gatedpod.Finished(&p) {
 			out = append(out, p.Name)
 		}
 	}
@@ -217,7 +217,7 @@ func running(t *testing.T, ns string) []string {
 
 func token(t *testing.T, p *corev1.Pod) uint64 {
 	t.Helper()
-	n, err := strconv.ParseUint(p.Annotations[gate.TokenAnnotation], 10, 64)
+	n, err := strconv.ParseUint(p.Annotations[gatedpod.TokenAnnotation], 10, 64)
 	if err != nil {
 		t.Fatal(fmt.Errorf("pod %s token: %w", p.Name, err))
 	}

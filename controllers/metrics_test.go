@@ -1,4 +1,4 @@
-package controller_test
+package controllers_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/internal/metricstest"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
@@ -76,7 +76,7 @@ func holdEndsWatched(t *testing.T) {
 				t.Fatal(err)
 			}
 			return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Second, true, func(context.Context) (bool, error) {
-				return holds(t, ns, controller.EndReleased).found, nil
+				return holds(t, ns, controllers.EndReleased).found, nil
 			}) == nil
 		})
 	})
@@ -103,16 +103,16 @@ func TestHoldTimesByHowTheyEnded(t *testing.T) {
 	if ok, err := l.Release(ctx, ns, "released", 0, a.Token, "a"); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	await(t, "the release to be timed", func() bool { return holds(t, ns, controller.EndReleased).count == 1 })
-	if got := holds(t, ns, controller.EndReleased).sum; got <= 0 || got > time.Since(start).Seconds() {
+	await(t, "the release to be timed", func() bool { return holds(t, ns, controllers.EndReleased).count == 1 })
+	if got := holds(t, ns, controllers.EndReleased).sum; got <= 0 || got > time.Since(start).Seconds() {
 		t.Errorf("released after %v s, but %v s passed from before the acquire", got, time.Since(start).Seconds())
 	}
 
 	// An expired permit held exactly its TTL: the holding ended at its
 	// expireTime, not when the controller deleted it.
 	create(t, ns, "expired", 1)
-	await(t, "the expiry to be timed", func() bool { return holds(t, ns, controller.EndExpired).count == 1 })
-	if got := holds(t, ns, controller.EndExpired).sum; !near(got, 1) {
+	await(t, "the expiry to be timed", func() bool { return holds(t, ns, controllers.EndExpired).count == 1 })
+	if got := holds(t, ns, controllers.EndExpired).sum; !near(got, 1) {
 		t.Errorf("an expired permit of TTL 1 s held %v s", got)
 	}
 
@@ -123,21 +123,21 @@ func TestHoldTimesByHowTheyEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return holds(t, ns, controller.EndPodGone).count == 1, nil
+		return holds(t, ns, controllers.EndPodGone).count == 1, nil
 	}); err != nil {
 		var left locksv1alpha1.QueenLockList
 		_ = env.Client.List(ctx, &left, client.InNamespace(ns))
 		t.Fatalf("the pod-gone release was not timed: released %+v, expired %+v, pod-gone %+v; permits left %d",
-			holds(t, ns, controller.EndReleased), holds(t, ns, controller.EndExpired), holds(t, ns, controller.EndPodGone), len(left.Items))
+			holds(t, ns, controllers.EndReleased), holds(t, ns, controllers.EndExpired), holds(t, ns, controllers.EndPodGone), len(left.Items))
 	}
-	if got := holds(t, ns, controller.EndPodGone).sum; got <= 0 || got > time.Since(start).Seconds() {
+	if got := holds(t, ns, controllers.EndPodGone).sum; got <= 0 || got > time.Since(start).Seconds() {
 		t.Errorf("held by a gone pod for %v s, but %v s passed from before the acquire", got, time.Since(start).Seconds())
 	}
 	// The controller's own deletes were not taken for releases.
-	if got := holds(t, ns, controller.EndReleased).count; got != 1 {
+	if got := holds(t, ns, controllers.EndReleased).count; got != 1 {
 		t.Errorf("%v releases timed, want the one release", got)
 	}
-	if got := holds(t, ns, controller.EndTakenOver); got.found {
+	if got := holds(t, ns, controllers.EndTakenOver); got.found {
 		t.Errorf("a takeover timed where none happened: %+v", got)
 	}
 }
@@ -162,20 +162,20 @@ func TestATakeoverEndsAHolding(t *testing.T) {
 		}
 		return b.Acquired
 	})
-	await(t, "the takeover to be timed", func() bool { return holds(t, ns, controller.EndTakenOver).count == 1 })
-	if got := holds(t, ns, controller.EndTakenOver).sum; !near(got, 1) {
+	await(t, "the takeover to be timed", func() bool { return holds(t, ns, controllers.EndTakenOver).count == 1 })
+	if got := holds(t, ns, controllers.EndTakenOver).sum; !near(got, 1) {
 		t.Errorf("the first holder, TTL 1 s, held %v s", got)
 	}
 	// The renew of the new holding ends nothing.
 	if r, err := locks.New(env.Client, nil).Renew(ctx, ns, "handover", 0, b.Token, "second", 600); err != nil || !r.Renewed {
 		t.Fatal(r, err)
 	}
-	for _, end := range []string{controller.EndExpired, controller.EndReleased, controller.EndPodGone} {
+	for _, end := range []string{controllers.EndExpired, controllers.EndReleased, controllers.EndPodGone} {
 		if got := holds(t, ns, end); got.found {
 			t.Errorf("%s timed: %+v", end, got)
 		}
 	}
-	if got := holds(t, ns, controller.EndTakenOver).count; got != 1 {
+	if got := holds(t, ns, controllers.EndTakenOver).count; got != 1 {
 		t.Errorf("%v takeovers timed, want 1", got)
 	}
 }

@@ -1,3 +1,8 @@
+// Package gate is the gated pods' line: on the leader, it takes the lock for
+// the waiting gated pods of each lock in the order they were queued, as slots
+// free, and lets each in with one patch that lifts its scheduling gate and
+// hands it its token. The pod webhook that gates them at create is in package
+// webhook; what both read is in permit/gatedpod.
 package gate
 
 import (
@@ -28,6 +33,7 @@ import (
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 // The manager lets gated pods in: it lifts the gate, deletes a pod past its
@@ -84,7 +90,7 @@ type Line struct {
 func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 	l.told = map[types.NamespacedName]map[types.UID]string{}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, lockIndex, func(o client.Object) []string {
-		if lock, ok := o.GetAnnotations()[LockAnnotation]; ok {
+		if lock, ok := o.GetAnnotations()[gatedpod.LockAnnotation]; ok {
 			return []string{lock}
 		}
 		return nil
@@ -92,8 +98,8 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing gated pods by lock: %w", err)
 	}
 	podToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		lock, ok := o.GetAnnotations()[LockAnnotation]
-		if !ok || o.GetLabels()[Label] != LabelValue {
+		lock, ok := o.GetAnnotations()[gatedpod.LockAnnotation]
+		if !ok || o.GetLabels()[gatedpod.Label] != gatedpod.LabelValue {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: lock}}}
@@ -118,7 +124,7 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("gate").
 		Watches(&corev1.Pod{}, podToLock, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetLabels()[Label] == LabelValue
+			return o.GetLabels()[gatedpod.Label] == gatedpod.LabelValue
 		}))).
 		Watches(&locksv1alpha1.QueenLock{}, permitToLock, builder.WithPredicates(freed)).
 		Complete(l)
@@ -128,7 +134,7 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns, lock := req.Namespace, req.Name
 	var list corev1.PodList
-	if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{Label: LabelValue}, client.MatchingFields{lockIndex: lock}); err != nil {
+	if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{gatedpod.Label: gatedpod.LabelValue}, client.MatchingFields{lockIndex: lock}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing gated pods of lock %q: %w", lock, err)
 	}
 	now := l.Clock.Now()
@@ -137,15 +143,15 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 	var holdErrs []error
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if _, err := ParseAsk(pod.Annotations); err != nil {
+		if _, err := gatedpod.ParseAsk(pod.Annotations); err != nil {
 			continue // refused at create; cannot be changed since
 		}
 		switch {
-		case Gated(pod):
+		case gatedpod.Gated(pod):
 			if pod.DeletionTimestamp == nil {
 				waiting = append(waiting, pod)
 			}
-		case pod.Annotations[TokenAnnotation] != "":
+		case pod.Annotations[gatedpod.TokenAnnotation] != "":
 			after, err := l.holding(ctx, pod, now)
 			if err != nil {
 				// One holder's trouble does not hold the line up: the
@@ -159,7 +165,7 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		}
 	}
 	sort.Slice(waiting, func(i, j int) bool {
-		a, b := queuedAt(waiting[i]), queuedAt(waiting[j])
+		a, b := gatedpod.QueuedAtTime(waiting[i]), gatedpod.QueuedAtTime(waiting[j])
 		if !a.Equal(b) {
 			return a.Before(b)
 		}
@@ -246,7 +252,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 	}
 	for _, pod := range waiting {
 		ns := pod.Namespace
-		if full && holds(holders, Owner(pod)) {
+		if full && holds(holders, gatedpod.Owner(pod)) {
 			continue // let in already; the cache has yet to show it
 		}
 		if full {
@@ -254,18 +260,18 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			waitingAt(pod, place, holders, quota)
 			continue
 		}
-		if !OnlyOurGate(pod) {
+		if !gatedpod.OnlyOurGate(pod) {
 			tell(pod, "OtherGates", fmt.Sprintf("waits for its other scheduling gates to be removed before it queues for lock %q", lock))
 			continue
 		}
-		ask, _ := ParseAsk(pod.Annotations)
+		ask, _ := gatedpod.ParseAsk(pod.Annotations)
 		if l.Held != nil {
 			// Woken by the lock's pods changing (an admitted pod's own
 			// patch, a holder's status turning Succeeded before its permit
 			// goes), the slots are often all still held: no reviews, no
 			// create that the API server would refuse.
 			held, err := l.Held.Get(ctx, ns, lock)
-			if err == nil && len(held) >= ask.Limit && !holds(held, Owner(pod)) {
+			if err == nil && len(held) >= ask.Limit && !holds(held, gatedpod.Owner(pod)) {
 				full, holders = true, held
 				expires = soonest(held)
 				place++
@@ -279,7 +285,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		}
 		// The right to hold is checked again now: a RoleBinding removed
 		// while the pod waited takes effect here.
-		missing, err := Entitled(ctx, l.Core, ns, sa)
+		missing, err := gatedpod.Entitled(ctx, l.Core, ns, sa)
 		if err != nil {
 			return retry, expires, fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err)
 		}
@@ -288,7 +294,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			tell(pod, "NotEntitled", fmt.Sprintf("ServiceAccount %q may no longer %s queenlocks in %q: the pod stays gated until it may", sa, missing, ns))
 			continue
 		}
-		got, err := l.Locks.Acquire(ctx, ns, lock, Owner(pod), ttlSeconds(pod, ask), ask.Limit,
+		got, err := l.Locks.Acquire(ctx, ns, lock, gatedpod.Owner(pod), ttlSeconds(pod, ask), ask.Limit,
 			locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
 		if err != nil {
 			return retry, expires, fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
@@ -312,7 +318,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 // letIn lifts the gate and hands the pod its token, in one patch made
 // against the version of the pod the line read: a pod changed since is read
 // again, and its permit (ours, by owner) is found again as already held.
-func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, ask Ask, p locks.Permit) error {
+func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, ask gatedpod.Ask, p locks.Permit) error {
 	// The pod's ttl counts from when its permit's lifetime began, not from
 	// this patch: a gate lifted late (a conflict, a new leader) must not
 	// let the pod run past its permit, which lives the ttl plus the grace
@@ -324,15 +330,15 @@ func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, ask Ask, p locks.Perm
 	}
 	gates := make([]corev1.PodSchedulingGate, 0, len(pod.Spec.SchedulingGates))
 	for _, g := range pod.Spec.SchedulingGates {
-		if g.Name != Gate {
+		if g.Name != gatedpod.Gate {
 			gates = append(gates, g)
 		}
 	}
 	patched := pod.DeepCopy()
 	patched.Spec.SchedulingGates = gates
-	patched.Annotations[TokenAnnotation] = strconv.FormatUint(p.Token, 10)
-	patched.Annotations[SlotAnnotation] = strconv.Itoa(p.Slot)
-	patched.Annotations[AdmittedAt] = start.UTC().Format(TimeFormat)
+	patched.Annotations[gatedpod.TokenAnnotation] = strconv.FormatUint(p.Token, 10)
+	patched.Annotations[gatedpod.SlotAnnotation] = strconv.Itoa(p.Slot)
+	patched.Annotations[gatedpod.AdmittedAt] = start.UTC().Format(gatedpod.TimeFormat)
 	err := l.Client.Patch(ctx, patched, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case apierrors.IsNotFound(err):
@@ -349,8 +355,8 @@ func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, ask Ask, p locks.Perm
 		return fmt.Errorf("letting pod %s/%s in: %w", pod.Namespace, pod.Name, err)
 	}
 	admissions.WithLabelValues(pod.Namespace).Inc()
-	admissionSeconds.WithLabelValues(pod.Namespace).Observe(now.Sub(queuedAt(pod)).Seconds())
-	l.event(patched, corev1.EventTypeNormal, "Admitted", "holds lock %q slot %d with token %d; scheduling gate removed", patched.Annotations[LockAnnotation], p.Slot, p.Token)
+	admissionSeconds.WithLabelValues(pod.Namespace).Observe(now.Sub(gatedpod.QueuedAtTime(pod)).Seconds())
+	l.event(patched, corev1.EventTypeNormal, "Admitted", "holds lock %q slot %d with token %d; scheduling gate removed", patched.Annotations[gatedpod.LockAnnotation], p.Slot, p.Token)
 	return nil
 }
 
@@ -359,16 +365,16 @@ func (l *Line) letIn(ctx context.Context, pod *corev1.Pod, ask Ask, p locks.Perm
 // so the kubelet stops it even if it cannot reach the API server. It
 // answers how long until the ttl ends, 0 for nothing to wait for.
 func (l *Line) holding(ctx context.Context, pod *corev1.Pod, now time.Time) (time.Duration, error) {
-	if Finished(pod) || pod.DeletionTimestamp != nil {
+	if gatedpod.Finished(pod) || pod.DeletionTimestamp != nil {
 		l.unscheduled.Delete(pod.UID)
 		return 0, nil
 	}
 	l.unschedulable(pod)
-	ask, _ := ParseAsk(pod.Annotations)
+	ask, _ := gatedpod.ParseAsk(pod.Annotations)
 	if ask.TTL == 0 {
 		return 0, nil
 	}
-	admitted, err := time.Parse(TimeFormat, pod.Annotations[AdmittedAt])
+	admitted, err := time.Parse(gatedpod.TimeFormat, pod.Annotations[gatedpod.AdmittedAt])
 	if err != nil {
 		return 0, nil // not let in by this manager; nothing to count from
 	}
@@ -407,7 +413,7 @@ func (l *Line) holding(ctx context.Context, pod *corev1.Pod, now time.Time) (tim
 // pod's termination grace period (its containers may run that long after
 // the delete at the ttl), or a year, the longest there is, for a pod
 // without a ttl, whose permit is freed when the pod ends.
-func ttlSeconds(pod *corev1.Pod, ask Ask) int64 {
+func ttlSeconds(pod *corev1.Pod, ask gatedpod.Ask) int64 {
 	if ask.TTL == 0 {
 		return permit.MaxTTLSeconds
 	}
@@ -460,7 +466,7 @@ func (l *Line) unschedulable(pod *corev1.Pod) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			if _, told := l.unscheduled.LoadOrStore(pod.UID, true); !told {
-				l.event(pod, corev1.EventTypeWarning, "HoldsSlotUnscheduled", "holds lock %q slot %s but no node can run it yet: the slot stays taken until it runs and ends, or is deleted", pod.Annotations[LockAnnotation], pod.Annotations[SlotAnnotation])
+				l.event(pod, corev1.EventTypeWarning, "HoldsSlotUnscheduled", "holds lock %q slot %s but no node can run it yet: the slot stays taken until it runs and ends, or is deleted", pod.Annotations[gatedpod.LockAnnotation], pod.Annotations[gatedpod.SlotAnnotation])
 			}
 			return
 		}

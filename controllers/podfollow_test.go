@@ -1,4 +1,4 @@
-package controller_test
+package controllers_test
 
 import (
 	"context"
@@ -16,20 +16,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/internal/controller"
+	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/permit"
 )
 
 // tracker starts a holder-pod tracker of its own, as the admin.
-func tracker(t *testing.T) *controller.Pods {
+func tracker(t *testing.T) *controllers.Pods {
 	t.Helper()
 	return trackerAs(t, env.Config)
 }
 
 // trackerAs starts a holder-pod tracker of its own, as cfg's user.
-func trackerAs(t *testing.T, cfg *rest.Config) *controller.Pods {
+func trackerAs(t *testing.T, cfg *rest.Config) *controllers.Pods {
 	t.Helper()
-	restore := controller.KeepFollowed()
+	restore := controllers.KeepFollowed()
 	mc := rest.CopyConfig(cfg)
 	mc.DisableCompression = true
 	meta, err := metadata.NewForConfig(mc)
@@ -40,7 +40,7 @@ func trackerAs(t *testing.T, cfg *rest.Config) *controller.Pods {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := controller.NewPods(meta, core)
+	tr := controllers.NewPods(meta, core)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Start(ctx) }()
@@ -167,7 +167,7 @@ func TestManyNamespacesAreAllListed(t *testing.T) {
 	ctx := context.Background()
 	tr := tracker(t)
 	var permits []*locksv1alpha1.QueenLock
-	for i := range 2*controller.ListsAtOnce + 3 {
+	for i := range 2*controllers.ListsAtOnce + 3 {
 		ns := namespace(t)
 		permits = append(permits, naming(ns, fmt.Sprintf("l%d", i), pod(t, ns, "p")))
 	}
@@ -191,7 +191,7 @@ func TestManyNamespacesAreAllListed(t *testing.T) {
 // give their slots up after a while: a namespace that can be listed is
 // not kept waiting behind them for good.
 func TestUnlistableNamespacesDoNotHoldTheLine(t *testing.T) {
-	defer controller.ListSlotHold(200 * time.Millisecond)()
+	defer controllers.ListSlotHold(200 * time.Millisecond)()
 	ctx := context.Background()
 	open := namespace(t)
 	// An identity that may read pods in open alone.
@@ -209,7 +209,7 @@ func TestUnlistableNamespacesDoNotHoldTheLine(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", open, sa.Name)}
 	tr := trackerAs(t, cfg)
-	for i := range controller.ListsAtOnce + 4 {
+	for i := range controllers.ListsAtOnce + 4 {
 		ns := namespace(t)
 		tr.Track(ctx, naming(ns, fmt.Sprintf("closed-%d", i), pod(t, ns, "p")))
 	}

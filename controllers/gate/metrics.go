@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -49,13 +50,13 @@ func (c *WaitingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- waitingD
 // Collect implements prometheus.Collector.
 func (c *WaitingCollector) Collect(ch chan<- prometheus.Metric) {
 	var list corev1.PodList
-	if err := c.Reader.List(context.Background(), &list, client.MatchingLabels{Label: LabelValue}); err != nil {
+	if err := c.Reader.List(context.Background(), &list, client.MatchingLabels{gatedpod.Label: gatedpod.LabelValue}); err != nil {
 		ch <- prometheus.NewInvalidMetric(waitingDesc, err)
 		return
 	}
 	waiting := map[string]int{}
 	for i := range list.Items {
-		if Gated(&list.Items[i]) && list.Items[i].DeletionTimestamp == nil {
+		if gatedpod.Gated(&list.Items[i]) && list.Items[i].DeletionTimestamp == nil {
 			waiting[list.Items[i].Namespace]++
 		}
 	}

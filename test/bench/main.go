@@ -42,13 +42,18 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long each throughput row runs, in one-second rounds")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
-	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, batch, renew, memory, wakeup, gated")
+	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, external, batch, renew, memory, wakeup, gated")
 	calls := flag.Int("calls", 40, "operations of each kind whose API calls are counted")
 	flag.StringVar(&saveMetrics, "save-metrics", "", "write kube-apiserver's last scraped /metrics text here")
 	flag.StringVar(&featureGates, "apiserver-feature-gates", "", "kube-apiserver's --feature-gates, for trying one (CBORServingAndStorage=true, say)")
 	flag.IntVar(&renewMax, "renew-max", renewSteps[len(renewSteps)-1], "the largest step of the renew load")
+	clients := flag.Bool("client", false, "run as the external clients' process, which the bench starts itself (see external.go)")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles here: the Lease baseline, the CRD copy and the route (no auth) at 8 clients, the route with and without token auth at 32: this process (route, webhooks, clients) and kube-apiserver")
 	flag.Parse()
+	if *clients {
+		runClientsMain()
+		return
+	}
 	if err := run(*duration, *out, *permits, *calls, splitList(*only)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -207,6 +212,9 @@ type summary struct {
 	renewCPU, leaseCPU, leaseUpdateCPU, floorCPU map[int]float64
 	// The semaphore's handoff gaps, with waitSeconds and polling.
 	semWait, semPoll *gaps
+	// The route's cycles to the floor's with the clients in their own
+	// process (issue 45).
+	external *extResult
 }
 
 // section is one part of the report.
@@ -219,6 +227,7 @@ type section struct {
 var sections = []section{
 	{"calls", (*bench).calls},
 	{"cycles", (*bench).cycles},
+	{"external", (*bench).external},
 	{"batch", (*bench).batch},
 	{"renew", (*bench).renew},
 	{"memory", (*bench).memory},

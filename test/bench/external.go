@@ -405,6 +405,13 @@ var (
 	extFloor  = extPath{pathFloor, "floor: QueenLock CRD copy create+delete, ServiceAccount token, one informer"}
 	extHandle = extPath{pathHandle, "route: Go handle, shipped defaults"}
 	extPlain  = extPath{pathPlain, "route: plain HTTP/1.1 keep-alive client"}
+
+	extRenews = []extPath{
+		{pathLease + renewSuffix, "Lease update"},
+		{pathFloor + renewSuffix, "floor: QueenLock CRD copy update, ServiceAccount token, one informer"},
+		{pathHandle + renewSuffix, "route renew: Go handle, shipped defaults"},
+		{pathPlain + renewSuffix, "route renew: plain HTTP/1.1 keep-alive client"},
+	}
 )
 
 // external runs the section.
@@ -418,7 +425,7 @@ type external struct {
 
 // rows warms each path up, then runs extRounds rounds that take the paths
 // in turn, each for x.leg, measuring every process's CPU around each.
-func (x *external) rows(paths []extPath, suffix string, conc int) ([]extRow, error) {
+func (x *external) rows(paths []extPath, conc int) ([]extRow, error) {
 	rows := make([]extRow, len(paths))
 	for i, p := range paths {
 		rows[i] = extRow{name: p.name, conc: conc}
@@ -430,7 +437,7 @@ func (x *external) rows(paths []extPath, suffix string, conc int) ([]extRow, err
 				leg = min(leg, time.Second) // the warm-up, not counted
 			}
 			before := x.pids.times()
-			a, err := x.clients.do(clientCommand{Path: p.path + suffix, Conc: conc, For: leg, Prefix: fmt.Sprintf("x%s%d-%d", p.path, conc, round+1)})
+			a, err := x.clients.do(clientCommand{Path: p.path, Conc: conc, For: leg, Prefix: fmt.Sprintf("x%s%d-r%d", p.path, conc, round+1)})
 			if err != nil {
 				return nil, err
 			}
@@ -502,7 +509,7 @@ func (bn *bench) external() error {
 	fmt.Fprintf(b, "### Acquire + release cycles\n\n| path | clients | cycles/s | to the floor | to a Lease | p50 | p99 | CPU ms per cycle: route process | kube-apiserver | etcd | clients' process |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
 	paths := []extPath{extLease, extFloor, extHandle, extPlain}
 	for _, conc := range []int{1, 8, 32} {
-		rows, err := x.rows(paths, "", conc)
+		rows, err := x.rows(paths, conc)
 		if err != nil {
 			return err
 		}
@@ -522,7 +529,7 @@ func (bn *bench) external() error {
 		"the route's permits by its renew operation (one update, stamped by the manager).\n\n"+
 		"| path | clients | renews/s | to the floor | to a Lease | p50 | p99 | CPU ms per renew: route process | kube-apiserver | etcd | clients' process |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, conc := range []int{8, 32} {
-		rows, err := x.rows(paths, renewSuffix, conc)
+		rows, err := x.rows(extRenews, conc)
 		if err != nil {
 			return err
 		}

@@ -371,7 +371,10 @@ func (bn *bench) calls() error {
 
 // cycles measures acquire+release cycles against the Lease baseline.
 func (bn *bench) cycles() error {
-	fmt.Fprintf(&bn.b, "\n## Acquire + release cycles\n\nEach worker loops over its own lock: acquire, then release. %s per row, in one-second rounds that take the paths in turn. "+
+	fmt.Fprintf(&bn.b, "\n## Acquire + release cycles, all in one process\n\n"+
+		"These rows run the clients, the route, the webhooks and the manager in the benchmark's one Go process, which is not how anyone runs them: "+
+		"they compare paths and follow changes over time. The next section measures the route as users run it, its callers in a process of their own. "+
+		"Each worker loops over its own lock: acquire, then release. %s per row, in one-second rounds that take the paths in turn. "+
 		"With token auth each worker is its own ServiceAccount, bound to the holder role, with a token of audience queen-locks. "+
 		"The second row is a floor: a copy of the QueenLock CRD (schema and CEL rules) under another group, which no webhook intercepts and no informer watches, created and deleted directly with the times written by the client. "+
 		"CPU time per cycle is read from /proc for this run's kube-apiserver and etcd and for the benchmark's own process, which runs the route, the webhooks, the manager's informer and the clients, "+

@@ -67,10 +67,10 @@ type clientAnswer struct {
 // or create and delete) unless it ends in -renew: then each client holds
 // one and renews it over and over.
 const (
-	pathLease  = "lease"  // Lease create+delete, under the floor's ServiceAccount
-	pathFloor  = "floor"  // the floor CRD's object create+delete, with the floor's informer running
-	pathHandle = "handle" // the Go handle over the route, its shipped defaults
-	pathPlain  = "plain"  // one kept-alive HTTP/1.1 connection per client, as curl or any language's client
+	pathLease   = "lease"  // Lease create+delete, under the floor's ServiceAccount
+	pathFloor   = "floor"  // the floor CRD's object create+delete, with the floor's informer running
+	pathHandle  = "handle" // the Go handle over the route, its shipped defaults
+	pathPlain   = "plain"  // one kept-alive HTTP/1.1 connection per client, as curl or any language's client
 	renewSuffix = "-renew"
 	pathHandoff = "handoff" // waiters woken by the route (waitSeconds), through the Go handle
 )

@@ -241,82 +241,17 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 			return fmt.Errorf("-sections: no section %q", name)
 		}
 	}
-	// The manager, and the routes started here, run under the manager's
-	// own ServiceAccount as installed: its stamped updates then skip the
-	// permit webhook as they do in a cluster.
-	opts := controlplane.Options{ManagerConfig: controlplane.AsManagerServiceAccount}
-	if featureGates != "" {
-		opts.APIServerFlags = map[string]string{"feature-gates": featureGates}
+	bn := &bench{d: d, nPermits: nPermits, nCalls: nCalls}
+	// Every section but the external one runs on a control plane and a
+	// manager in this process; the external one starts its own, as make
+	// dev does, and needs nothing here.
+	if !slices.Equal(only, []string{"external"}) {
+		stop, err := bn.startLocal()
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
-	env, err := controlplane.Start(opts)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = env.Stop() }()
-	ctx := context.Background()
-	if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, nsObj("bench"), metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	// Every client without a client-side rate limit, as the route's are.
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: manager.Scheme})
-	if err != nil {
-		return err
-	}
-	// Two routes as the manager runs them (its grace, its informer as a
-	// source of permit versions): without auth, and with ServiceAccount
-	// tokens checked by TokenReview and SubjectAccessReview.
-	noneURL, stopNone, err := env.StartRouteConfig(route.Config{Auth: route.AuthNone, DefaultNamespace: "bench"})
-	if err != nil {
-		return err
-	}
-	defer stopNone()
-	// Every bench client is on loopback, one address: the per-address
-	// bounds are lifted to the route's whole, as a cluster's many pod
-	// addresses would.
-	// The call table also waits on 40 locks at once as one caller.
-	tl := route.DefaultLimits()
-	tl.MaxConnectionsPerSource, tl.MaxCallsPerSource = tl.MaxConnections, tl.MaxCalls
-	tl.MaxCallsPerCaller = tl.MaxCalls
-	tokenURL, stopToken, err := env.StartRouteConfig(route.Config{Auth: route.AuthToken, Limits: tl})
-	if err != nil {
-		return err
-	}
-	defer stopToken()
-	var saNames []string
-	for w := range 32 {
-		saNames = append(saNames, fmt.Sprint("holder-", w))
-	}
-	tokens, err := holderTokens(ctx, cs, "bench", saNames)
-	if err != nil {
-		return err
-	}
-	if err := awaitRBAC(ctx, cs, "bench", saNames); err != nil {
-		return err
-	}
-	ps, err := findProcs(env)
-	if err != nil {
-		return err
-	}
-	bn := &bench{env: env, procs: ps, cfg: cfg, cs: cs, d: d, nPermits: nPermits, nCalls: nCalls, noneURL: noneURL,
-		httpT: handle.HTTP(noneURL, handle.HTTPOptions{Namespace: "bench", Client: routeClient}),
-		kubeT: handle.Kube(kc, "bench"),
-	}
-	for _, tok := range tokens {
-		bn.tokenT = append(bn.tokenT, handle.HTTP(tokenURL, handle.HTTPOptions{Token: tok, Client: routeClient}))
-	}
-	if err := waitRoute(bn.httpT); err != nil {
-		return err
-	}
-	if err := waitRoute(bn.tokenT[0]); err != nil {
-		return err
-	}
-	bn.idle = bn.procs.idleRate(5 * time.Second)
 
 	b := &bn.b
 	fmt.Fprintf(b, "Measured %s on this machine: %d cores, %s memory, %s, one local control plane (etcd and kube-apiserver built by the project). "+
@@ -344,6 +279,97 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 		return os.WriteFile(outPath, []byte(doc), 0o644)
 	}
 	return nil
+}
+
+// startLocal starts the control plane and the manager in this process,
+// and the routes the in-process sections call; stop ends them.
+func (bn *bench) startLocal() (stop func(), err error) {
+	// The manager, and the routes started here, run under the manager's
+	// own ServiceAccount as installed: its stamped updates then skip the
+	// permit webhook as they do in a cluster.
+	opts := controlplane.Options{ManagerConfig: controlplane.AsManagerServiceAccount}
+	if featureGates != "" {
+		opts.APIServerFlags = map[string]string{"feature-gates": featureGates}
+	}
+	env, err := controlplane.Start(opts)
+	if err != nil {
+		return nil, err
+	}
+	stops := []func(){func() { _ = env.Stop() }}
+	fail := func(err error) (func(), error) {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		return nil, err
+	}
+	ctx := context.Background()
+	if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, nsObj("bench"), metav1.CreateOptions{}); err != nil {
+		return fail(err)
+	}
+	// Every client without a client-side rate limit, as the route's are.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		return fail(err)
+	}
+	// Two routes as the manager runs them (its grace, its informer as a
+	// source of permit versions): without auth, and with ServiceAccount
+	// tokens checked by TokenReview and SubjectAccessReview.
+	noneURL, stopNone, err := env.StartRouteConfig(route.Config{Auth: route.AuthNone, DefaultNamespace: "bench"})
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopNone)
+	// Every bench client is on loopback, one address: the per-address
+	// bounds are lifted to the route's whole, as a cluster's many pod
+	// addresses would.
+	// The call table also waits on 40 locks at once as one caller.
+	tl := route.DefaultLimits()
+	tl.MaxConnectionsPerSource, tl.MaxCallsPerSource = tl.MaxConnections, tl.MaxCalls
+	tl.MaxCallsPerCaller = tl.MaxCalls
+	tokenURL, stopToken, err := env.StartRouteConfig(route.Config{Auth: route.AuthToken, Limits: tl})
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopToken)
+	var saNames []string
+	for w := range 32 {
+		saNames = append(saNames, fmt.Sprint("holder-", w))
+	}
+	tokens, err := holderTokens(ctx, cs, "bench", saNames)
+	if err != nil {
+		return fail(err)
+	}
+	if err := awaitRBAC(ctx, cs, "bench", saNames); err != nil {
+		return fail(err)
+	}
+	ps, err := findProcs(env)
+	if err != nil {
+		return fail(err)
+	}
+	bn.env, bn.procs, bn.cfg, bn.cs, bn.noneURL = env, ps, cfg, cs, noneURL
+	bn.httpT = handle.HTTP(noneURL, handle.HTTPOptions{Namespace: "bench", Client: routeClient})
+	bn.kubeT = handle.Kube(kc, "bench")
+	for _, tok := range tokens {
+		bn.tokenT = append(bn.tokenT, handle.HTTP(tokenURL, handle.HTTPOptions{Token: tok, Client: routeClient}))
+	}
+	if err := waitRoute(bn.httpT); err != nil {
+		return fail(err)
+	}
+	if err := waitRoute(bn.tokenT[0]); err != nil {
+		return fail(err)
+	}
+	bn.idle = bn.procs.idleRate(5 * time.Second)
+	return func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}, nil
 }
 
 // calls counts the API calls of each operation.

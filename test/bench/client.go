@@ -11,9 +11,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -23,6 +25,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/routeapi"
@@ -52,6 +56,9 @@ type clientCommand struct {
 	Prefix string        `json:"prefix"` // of the names this measurement uses
 	// For "handoff": the lock's limit, its waiters, the acquires to see.
 	Limit, Waiters, Rounds int
+	// Profile, when set, is a file for a CPU profile of this process
+	// over the measurement.
+	Profile string `json:"profile,omitempty"`
 }
 
 // clientAnswer is what one measurement did.
@@ -114,7 +121,7 @@ func runClients(in io.Reader, out io.Writer) error {
 		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
 			return fmt.Errorf("a command: %w", err)
 		}
-		a := cp.run(c)
+		a := cp.profiled(c)
 		if err := enc.Encode(a); err != nil {
 			return err
 		}
@@ -175,6 +182,24 @@ func newClientProc(cfg clientConfig) (*clientProc, func(), error) {
 			p.close()
 		}
 	}, nil
+}
+
+// profiled runs c under a CPU profile of this process when it asks.
+func (cp *clientProc) profiled(c clientCommand) clientAnswer {
+	if c.Profile == "" {
+		return cp.run(c)
+	}
+	f, err := os.Create(c.Profile)
+	if err != nil {
+		return clientAnswer{Err: err.Error()}
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return clientAnswer{Err: err.Error()}
+	}
+	a := cp.run(c)
+	pprof.StopCPUProfile()
+	return a
 }
 
 // run carries out one command.
@@ -427,8 +452,15 @@ func clientOf(name string) int {
 
 // runClientsMain is main for -client.
 func runClientsMain() {
+	quietLogs()
 	if err := runClients(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench clients:", err)
 		os.Exit(1)
 	}
+}
+
+// quietLogs logs controller-runtime's errors only, as the control plane
+// of the other sections sets it up, for a process that starts none.
+func quietLogs() {
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 }

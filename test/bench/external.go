@@ -566,7 +566,8 @@ func writeExtRows(b io.Writer, rows []extRow) {
 }
 
 // profile runs p at conc clients for a row's time under CPU profiles of
-// kube-apiserver and of the route's process, and says what it measured.
+// kube-apiserver, the route's process and the clients' process, and says
+// what it measured.
 func (x *external) profile(p extPath, conc int) error {
 	d := extRounds * x.leg
 	secs := fmt.Sprint(int(d.Seconds()))
@@ -596,15 +597,20 @@ func (x *external) profile(p extPath, conc int) error {
 		raw, err := io.ReadAll(resp.Body)
 		got <- answer{"route", raw, err}
 	}()
+	if err := os.MkdirAll(profileDir, 0o755); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(profileDir)
+	if err != nil {
+		return err
+	}
 	before := x.pids.times()
-	a, err := x.clients.do(clientCommand{Path: p.path, Conc: conc, For: d, Prefix: fmt.Sprintf("xprof%s%d", p.path, conc)})
+	a, err := x.clients.do(clientCommand{Path: p.path, Conc: conc, For: d, Prefix: fmt.Sprintf("xprof%s%d", p.path, conc),
+		Profile: filepath.Join(dir, fmt.Sprintf("external-%s-%d-clients.pprof", p.path, conc))})
 	if err != nil {
 		return err
 	}
 	cpu := x.pids.times().minus(before).aboveIdle(x.idle, a.Secs)
-	if err := os.MkdirAll(profileDir, 0o755); err != nil {
-		return err
-	}
 	for range 2 {
 		g := <-got
 		if g.err != nil {

@@ -251,6 +251,8 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 			return err
 		}
 		defer stop()
+	} else {
+		quietLogs()
 	}
 
 	b := &bn.b

@@ -6,12 +6,17 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
@@ -22,7 +27,12 @@ func main() {
 	addr := flag.String("route-address", envOr("QUEEN_LOCKS_DEV_ROUTE_ADDRESS", "127.0.0.1:6632"), "Address of the HTTP route; a loopback address, as the route runs with --auth=none (env QUEEN_LOCKS_DEV_ROUTE_ADDRESS).")
 	ns := flag.String("namespace", "default", "Namespace of calls that name none.")
 	dir := flag.String("dir", envOr("QUEEN_LOCKS_DEV_DIR", ".dev"), "Directory for the kubeconfig (env QUEEN_LOCKS_DEV_DIR).")
+	pprofAddr := flag.String("pprof-address", "", "Serve Go's /debug/pprof of this process (the manager and its route) on this loopback address; empty serves none. make bench profiles the route with it.")
 	flag.Parse()
+	if err := servePprof(*pprofAddr); err != nil {
+		fmt.Fprintln(os.Stderr, "make dev:", err)
+		os.Exit(1)
+	}
 	// The signals are ours from the start, and stay ours: a SIGTERM to the
 	// whole process group reaches this process twice (directly, and from
 	// make passing it on), Ctrl-C may be pressed twice, and the parent's
@@ -109,5 +119,33 @@ Ctrl-C stops it all.
 	case <-env.Done():
 		return fmt.Errorf("the manager stopped: %v", env.Err()) //nolint:errorlint // Err is nil when the manager stopped cleanly: %w would print %!w(<nil>)
 	}
+	return nil
+}
+
+// servePprof serves the process's profiles on addr, a loopback address
+// (they show every lock's name and owner in their labels and stacks, so
+// nobody else may read them), until the process ends. Empty serves none.
+func servePprof(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-pprof-address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return errors.New("-pprof-address must be a loopback address such as 127.0.0.1:6060, got " + addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("-pprof-address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
 	return nil
 }

@@ -42,13 +42,18 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long each throughput row runs, in one-second rounds")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
-	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, batch, renew, memory, wakeup, gated")
+	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, external, batch, renew, memory, wakeup, gated")
 	calls := flag.Int("calls", 40, "operations of each kind whose API calls are counted")
 	flag.StringVar(&saveMetrics, "save-metrics", "", "write kube-apiserver's last scraped /metrics text here")
 	flag.StringVar(&featureGates, "apiserver-feature-gates", "", "kube-apiserver's --feature-gates, for trying one (CBORServingAndStorage=true, say)")
 	flag.IntVar(&renewMax, "renew-max", renewSteps[len(renewSteps)-1], "the largest step of the renew load")
+	clients := flag.Bool("client", false, "run as the external clients' process, which the bench starts itself (see external.go)")
 	flag.StringVar(&profileDir, "profile", "", "write CPU profiles here: the Lease baseline, the CRD copy and the route (no auth) at 8 clients, the route with and without token auth at 32: this process (route, webhooks, clients) and kube-apiserver")
 	flag.Parse()
+	if *clients {
+		runClientsMain()
+		return
+	}
 	if err := run(*duration, *out, *permits, *calls, splitList(*only)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -207,6 +212,9 @@ type summary struct {
 	renewCPU, leaseCPU, leaseUpdateCPU, floorCPU map[int]float64
 	// The semaphore's handoff gaps, with waitSeconds and polling.
 	semWait, semPoll *gaps
+	// The route's cycles to the floor's with the clients in their own
+	// process (issue 45).
+	external *extResult
 }
 
 // section is one part of the report.
@@ -219,6 +227,7 @@ type section struct {
 var sections = []section{
 	{"calls", (*bench).calls},
 	{"cycles", (*bench).cycles},
+	{"external", (*bench).external},
 	{"batch", (*bench).batch},
 	{"renew", (*bench).renew},
 	{"memory", (*bench).memory},
@@ -232,82 +241,19 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 			return fmt.Errorf("-sections: no section %q", name)
 		}
 	}
-	// The manager, and the routes started here, run under the manager's
-	// own ServiceAccount as installed: its stamped updates then skip the
-	// permit webhook as they do in a cluster.
-	opts := controlplane.Options{ManagerConfig: controlplane.AsManagerServiceAccount}
-	if featureGates != "" {
-		opts.APIServerFlags = map[string]string{"feature-gates": featureGates}
+	bn := &bench{d: d, nPermits: nPermits, nCalls: nCalls}
+	// Every section but the external one runs on a control plane and a
+	// manager in this process; the external one starts its own, as make
+	// dev does, and needs nothing here.
+	if !slices.Equal(only, []string{"external"}) {
+		stop, err := bn.startLocal()
+		if err != nil {
+			return err
+		}
+		defer stop()
+	} else {
+		quietLogs()
 	}
-	env, err := controlplane.Start(opts)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = env.Stop() }()
-	ctx := context.Background()
-	if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, nsObj("bench"), metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	// Every client without a client-side rate limit, as the route's are.
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: manager.Scheme})
-	if err != nil {
-		return err
-	}
-	// Two routes as the manager runs them (its grace, its informer as a
-	// source of permit versions): without auth, and with ServiceAccount
-	// tokens checked by TokenReview and SubjectAccessReview.
-	noneURL, stopNone, err := env.StartRouteConfig(route.Config{Auth: route.AuthNone, DefaultNamespace: "bench"})
-	if err != nil {
-		return err
-	}
-	defer stopNone()
-	// Every bench client is on loopback, one address: the per-address
-	// bounds are lifted to the route's whole, as a cluster's many pod
-	// addresses would.
-	// The call table also waits on 40 locks at once as one caller.
-	tl := route.DefaultLimits()
-	tl.MaxConnectionsPerSource, tl.MaxCallsPerSource = tl.MaxConnections, tl.MaxCalls
-	tl.MaxCallsPerCaller = tl.MaxCalls
-	tokenURL, stopToken, err := env.StartRouteConfig(route.Config{Auth: route.AuthToken, Limits: tl})
-	if err != nil {
-		return err
-	}
-	defer stopToken()
-	var saNames []string
-	for w := range 32 {
-		saNames = append(saNames, fmt.Sprint("holder-", w))
-	}
-	tokens, err := holderTokens(ctx, cs, "bench", saNames)
-	if err != nil {
-		return err
-	}
-	if err := awaitRBAC(ctx, cs, "bench", saNames); err != nil {
-		return err
-	}
-	ps, err := findProcs(env)
-	if err != nil {
-		return err
-	}
-	bn := &bench{env: env, procs: ps, cfg: cfg, cs: cs, d: d, nPermits: nPermits, nCalls: nCalls, noneURL: noneURL,
-		httpT: handle.HTTP(noneURL, handle.HTTPOptions{Namespace: "bench", Client: routeClient}),
-		kubeT: handle.Kube(kc, "bench"),
-	}
-	for _, tok := range tokens {
-		bn.tokenT = append(bn.tokenT, handle.HTTP(tokenURL, handle.HTTPOptions{Token: tok, Client: routeClient}))
-	}
-	if err := waitRoute(bn.httpT); err != nil {
-		return err
-	}
-	if err := waitRoute(bn.tokenT[0]); err != nil {
-		return err
-	}
-	bn.idle = bn.procs.idleRate(5 * time.Second)
 
 	b := &bn.b
 	fmt.Fprintf(b, "Measured %s on this machine: %d cores, %s memory, %s, one local control plane (etcd and kube-apiserver built by the project). "+
@@ -331,10 +277,101 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	report := strings.Replace(b.String(), "%END_LOAD%", procfs.LoadAvg(), 1) + bn.sum.write()
 	fmt.Print(report)
 	if outPath != "" {
-		doc := "# Benchmarks\n\nReproduce with `make bench` (about ten minutes). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
+		doc := "# Benchmarks\n\nReproduce with `make bench` (about a quarter of an hour; `go run ./test/bench -sections external` for the route as users run it alone, about five minutes). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
 		return os.WriteFile(outPath, []byte(doc), 0o644)
 	}
 	return nil
+}
+
+// startLocal starts the control plane and the manager in this process,
+// and the routes the in-process sections call; stop ends them.
+func (bn *bench) startLocal() (stop func(), err error) {
+	// The manager, and the routes started here, run under the manager's
+	// own ServiceAccount as installed: its stamped updates then skip the
+	// permit webhook as they do in a cluster.
+	opts := controlplane.Options{ManagerConfig: controlplane.AsManagerServiceAccount}
+	if featureGates != "" {
+		opts.APIServerFlags = map[string]string{"feature-gates": featureGates}
+	}
+	env, err := controlplane.Start(opts)
+	if err != nil {
+		return nil, err
+	}
+	stops := []func(){func() { _ = env.Stop() }}
+	fail := func(err error) (func(), error) {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		return nil, err
+	}
+	ctx := context.Background()
+	if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, nsObj("bench"), metav1.CreateOptions{}); err != nil {
+		return fail(err)
+	}
+	// Every client without a client-side rate limit, as the route's are.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	kc, err := client.NewWithWatch(cfg, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		return fail(err)
+	}
+	// Two routes as the manager runs them (its grace, its informer as a
+	// source of permit versions): without auth, and with ServiceAccount
+	// tokens checked by TokenReview and SubjectAccessReview.
+	noneURL, stopNone, err := env.StartRouteConfig(route.Config{Auth: route.AuthNone, DefaultNamespace: "bench"})
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopNone)
+	// Every bench client is on loopback, one address: the per-address
+	// bounds are lifted to the route's whole, as a cluster's many pod
+	// addresses would.
+	// The call table also waits on 40 locks at once as one caller.
+	tl := route.DefaultLimits()
+	tl.MaxConnectionsPerSource, tl.MaxCallsPerSource = tl.MaxConnections, tl.MaxCalls
+	tl.MaxCallsPerCaller = tl.MaxCalls
+	tokenURL, stopToken, err := env.StartRouteConfig(route.Config{Auth: route.AuthToken, Limits: tl})
+	if err != nil {
+		return fail(err)
+	}
+	stops = append(stops, stopToken)
+	var saNames []string
+	for w := range 32 {
+		saNames = append(saNames, fmt.Sprint("holder-", w))
+	}
+	tokens, err := holderTokens(ctx, cs, "bench", saNames)
+	if err != nil {
+		return fail(err)
+	}
+	if err := awaitRBAC(ctx, cs, "bench", saNames); err != nil {
+		return fail(err)
+	}
+	ps, err := findProcs(env)
+	if err != nil {
+		return fail(err)
+	}
+	bn.env, bn.procs, bn.cfg, bn.cs, bn.noneURL = env, ps, cfg, cs, noneURL
+	bn.httpT = handle.HTTP(noneURL, handle.HTTPOptions{Namespace: "bench", Client: routeClient})
+	bn.kubeT = handle.Kube(kc, "bench")
+	for _, tok := range tokens {
+		bn.tokenT = append(bn.tokenT, handle.HTTP(tokenURL, handle.HTTPOptions{Token: tok, Client: routeClient}))
+	}
+	if err := waitRoute(bn.httpT); err != nil {
+		return fail(err)
+	}
+	if err := waitRoute(bn.tokenT[0]); err != nil {
+		return fail(err)
+	}
+	bn.idle = bn.procs.idleRate(5 * time.Second)
+	return func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}, nil
 }
 
 // calls counts the API calls of each operation.
@@ -362,7 +399,10 @@ func (bn *bench) calls() error {
 
 // cycles measures acquire+release cycles against the Lease baseline.
 func (bn *bench) cycles() error {
-	fmt.Fprintf(&bn.b, "\n## Acquire + release cycles\n\nEach worker loops over its own lock: acquire, then release. %s per row, in one-second rounds that take the paths in turn. "+
+	fmt.Fprintf(&bn.b, "\n## Acquire + release cycles, all in one process\n\n"+
+		"These rows run the clients, the route, the webhooks and the manager in the benchmark's one Go process, which is not how anyone runs them: "+
+		"they compare paths and follow changes over time. The next section measures the route as users run it, its callers in a process of their own. "+
+		"Each worker loops over its own lock: acquire, then release. %s per row, in one-second rounds that take the paths in turn. "+
 		"With token auth each worker is its own ServiceAccount, bound to the holder role, with a token of audience queen-locks. "+
 		"The second row is a floor: a copy of the QueenLock CRD (schema and CEL rules) under another group, which no webhook intercepts and no informer watches, created and deleted directly with the times written by the client. "+
 		"CPU time per cycle is read from /proc for this run's kube-apiserver and etcd and for the benchmark's own process, which runs the route, the webhooks, the manager's informer and the clients, "+

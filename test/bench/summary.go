@@ -108,6 +108,35 @@ func (s summary) write() string {
 		fmt.Fprintln(&b)
 	}
 	b.WriteString(s.issue27())
+	b.WriteString(s.issue45())
+	return b.String()
+}
+
+// Targets of issue 45: the route's cycles, with the clients in their own
+// process, to the floor's in the same rounds (the median of the rounds),
+// by clients.
+var externalTargets = []struct {
+	conc int
+	want float64
+}{{8, 0.95}, {32, 0.9}}
+
+// issue45 says how the route's cycles, with its callers in a process of
+// their own, compared with the floor's.
+func (s summary) issue45() string {
+	if s.external == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Against the targets of issue 45, in this run\n\n")
+	for _, t := range externalTargets {
+		h, p := s.external.handle[t.conc], s.external.plain[t.conc]
+		verdict := "not met"
+		if h.med >= t.want && p.med >= t.want {
+			verdict = "met"
+		}
+		fmt.Fprintf(&b, "- **Route cycles at %d clients in their own process at least %.2f of the floor's** (median of the rounds): %s; "+
+			"the Go handle %s, the plain HTTP/1.1 client %s.\n", t.conc, t.want, verdict, h, p)
+	}
 	return b.String()
 }
 

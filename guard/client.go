@@ -21,8 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/queen-locks/queen-locks/permit"
 )
 
 // DefaultKinds are the kinds the chart guards unless told otherwise
@@ -159,5 +157,3 @@ func objName(obj client.Object) string {
 	}
 	return obj.GetName()
 }
-
-var _ = permit.GuardedLabel

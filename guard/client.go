@@ -78,12 +78,32 @@ func NewClient(c client.Client, src Source, opts ...Option) *Client {
 func (g *Client) Lost() bool { return g.lost.Load() }
 
 // guardedKind tells whether obj is of a kind whose writes carry the guard.
-func (g *Client) guardedKind(obj client.Object) (bool, error) {
+// It refuses every write, unsent, once the client's holding was lost, and a
+// write of a guarded kind while nothing is held.
+func (g *Client) guardedKind(verb string, obj client.Object) (bool, error) {
+	if err := g.usable(verb, obj); err != nil {
+		return false, err
+	}
 	gvk, err := g.Client.GroupVersionKindFor(obj)
 	if err != nil {
 		return false, fmt.Errorf("queen-locks guard: telling the kind of %s: %w", objName(obj), err)
 	}
-	return g.kinds[gvk.GroupKind()], nil
+	if !g.kinds[gvk.GroupKind()] {
+		return false, nil
+	}
+	if _, ok := g.src.Current(); !ok {
+		return false, fmt.Errorf("%w: %s %s not sent", ErrNotHeld, verb, objName(obj))
+	}
+	return true, nil
+}
+
+// usable refuses every write once a write was refused for a lost holding:
+// the process is a replaced holder, whatever it writes next.
+func (g *Client) usable(verb string, obj client.Object) error {
+	if g.lost.Load() {
+		return fmt.Errorf("%w: %s %s not sent", ErrLost, verb, objName(obj))
+	}
+	return nil
 }
 
 // send makes one write under the fence of the moment, and makes it again
@@ -92,8 +112,8 @@ func (g *Client) guardedKind(obj client.Object) (bool, error) {
 func (g *Client) send(ctx context.Context, verb string, obj client.Object, write func(Fence) error) error {
 	var next *refreshed
 	for try := 0; ; try++ {
-		if g.lost.Load() {
-			return fmt.Errorf("%w: %s %s not sent", ErrLost, verb, objName(obj))
+		if err := g.usable(verb, obj); err != nil {
+			return err
 		}
 		f, ok := g.src.Current()
 		if !ok {

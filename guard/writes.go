@@ -20,7 +20,7 @@ import (
 // Create labels an object of a guarded kind guarded and creates it under
 // the current guard.
 func (g *Client) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if ok, err := g.guardedKind(obj); err != nil || !ok {
+	if ok, err := g.guardedKind("create", obj); err != nil || !ok {
 		if err != nil {
 			return err
 		}
@@ -46,7 +46,8 @@ func (g *Client) Create(ctx context.Context, obj client.Object, opts ...client.C
 // the stored one is guarded (the update then takes it out of the fence,
 // which takes the guard too).
 func (g *Client) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	if ok, err := g.guarded(ctx, obj); err != nil || !ok {
+	const verb = "update"
+	if ok, err := g.guarded(ctx, verb, obj); err != nil || !ok {
 		if err != nil {
 			return err
 		}
@@ -69,8 +70,9 @@ func (g *Client) Update(ctx context.Context, obj client.Object, opts ...client.U
 // guarded. A JSON patch adds the guard to the object's annotations, which a
 // guarded object always has; to opt an object in, use a merge patch.
 func (g *Client) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	const verb = "patch"
 	if patch.Type() == types.ApplyPatchType {
-		if ok, err := g.guardedKind(obj); err != nil || !ok {
+		if ok, err := g.guardedKind("apply", obj); err != nil || !ok {
 			if err != nil {
 				return err
 			}
@@ -88,7 +90,7 @@ func (g *Client) Patch(ctx context.Context, obj client.Object, patch client.Patc
 		}
 		return err
 	}
-	if ok, err := g.guarded(ctx, obj); err != nil || !ok {
+	if ok, err := g.guarded(ctx, verb, obj); err != nil || !ok {
 		if err != nil {
 			return err
 		}
@@ -110,6 +112,9 @@ func (g *Client) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(raw); err != nil {
 		return fmt.Errorf("queen-locks guard: reading the apply configuration: %w", err)
+	}
+	if err := g.usable("apply", u); err != nil {
+		return err
 	}
 	if !g.kinds[u.GroupVersionKind().GroupKind()] {
 		return g.Client.Apply(ctx, obj, opts...)
@@ -140,7 +145,7 @@ func (g *Client) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts
 // is deleted unseen. A resourceVersion precondition the caller gives
 // applies to the mark.
 func (g *Client) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	if ok, err := g.guardedKind(obj); err != nil || !ok {
+	if ok, err := g.guardedKind("delete", obj); err != nil || !ok {
 		if err != nil {
 			return err
 		}
@@ -193,8 +198,9 @@ func (g *Client) Delete(ctx context.Context, obj client.Object, opts ...client.D
 		})
 		// Written by somebody else between the read and the mark, or the
 		// mark and the delete: read again, unless the caller asked for
-		// one version.
-		if !apierrors.IsConflict(err) || want != "" || try == maxResends {
+		// one version. (A guard refusal answers 409 too, which client-go
+		// counts as a conflict: it is not one.)
+		if !apierrors.IsConflict(err) || IsRefused(err) || want != "" || try == maxResends {
 			return err
 		}
 	}
@@ -203,7 +209,7 @@ func (g *Client) Delete(ctx context.Context, obj client.Object, opts ...client.D
 // DeleteAllOf deletes objects of an unguarded kind. Guarded objects are
 // deleted one by one, each marked under the guard first: use Delete.
 func (g *Client) DeleteAllOf(ctx context.Context, obj client.Object, opts ...client.DeleteAllOfOption) error {
-	if ok, err := g.guardedKind(obj); err != nil || !ok {
+	if ok, err := g.guardedKind("delete", obj); err != nil || !ok {
 		if err != nil {
 			return err
 		}
@@ -216,8 +222,8 @@ func (g *Client) DeleteAllOf(ctx context.Context, obj client.Object, opts ...cli
 // guarded kind, and labelled guarded as sent or as stored (the write then
 // takes it out of the fence). The stored object is read only when the
 // object as sent is not labelled.
-func (g *Client) guarded(ctx context.Context, obj client.Object) (bool, error) {
-	if ok, err := g.guardedKind(obj); err != nil || !ok {
+func (g *Client) guarded(ctx context.Context, verb string, obj client.Object) (bool, error) {
+	if ok, err := g.guardedKind(verb, obj); err != nil || !ok {
 		return false, err
 	}
 	if obj.GetLabels()[permit.GuardedLabel] == "true" {

@@ -135,7 +135,7 @@ func (g *Client) send(ctx context.Context, verb string, obj client.Object, write
 		cur, held, rerr := g.src.Refresh(ctx, f)
 		switch {
 		case rerr != nil:
-			return fmt.Errorf("%w (and whether lock %q is still held could not be told: %v)", err, f.Lock, rerr)
+			return fmt.Errorf("%w (and whether lock %q is still held could not be told: %w)", err, f.Lock, rerr)
 		case !held:
 			if g.lost.CompareAndSwap(false, true) {
 				g.src.Lose(LostGuard)

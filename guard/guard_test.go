@@ -20,13 +20,19 @@ import (
 
 	"github.com/queen-locks/queen-locks/guard"
 	"github.com/queen-locks/queen-locks/handle"
+	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-// transports runs f once with handles over the route and once straight over
-// the API.
+// transports runs f with handles over the route, straight over the API,
+// and in the chart's topology: two route replicas behind one address, the
+// pod's projected token, the locks in another namespace than the pod.
 func transports(t *testing.T, f func(t *testing.T, ns string, tr handle.Transport)) {
 	t.Helper()
+	t.Run("production", func(t *testing.T) {
+		tp := env.Production(t, controlplane.TopologyOptions{Prefix: "guard"})
+		f(t, tp.LockNS, handle.HTTP(tp.URL, handle.HTTPOptions{Namespace: tp.LockNS, TokenFile: tp.TokenFile}))
+	})
 	t.Run("http", func(t *testing.T) {
 		ns := namespace(t)
 		f(t, ns, handle.HTTP(startRoute(t, ns), handle.HTTPOptions{}))
@@ -220,6 +226,7 @@ var sentGuard = regexp.MustCompile(`report#0=([0-9]+)`)
 
 // guardOf reads the guard a request carries, leaving its body for sending.
 func guardOf(t *testing.T, r *http.Request) string {
+	t.Helper()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		t.Error(err)
@@ -347,9 +354,39 @@ func TestADeleteRacingTheHoldersRenewIsSentAgain(t *testing.T) {
 }
 
 func tokenIn(t *testing.T, guard string) uint64 {
+	t.Helper()
 	g, err := permit.ParseGuard(guard)
 	if err != nil {
 		t.Errorf("guard %q: %v", guard, err)
 	}
 	return g.Token
+}
+
+// A refusal while the permit is still held with the very token sent is
+// about the object, not the holding (here: it is bound to another lock). It
+// is answered as the webhook said it, and nothing is lost.
+func TestARefusalAboutTheObjectIsNoLoss(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	c := handle.New(handle.Kube(env.Client, ns))
+	a, other := c.Lock("report", time.Minute), c.Lock("other", time.Minute)
+	acquire(t, a)
+	acquire(t, other)
+	hc, _ := hookedClient(t, ns)
+	if err := other.Client(hc).Create(ctx, configMap(ns, "theirs", "by other")); err != nil {
+		t.Fatal(err)
+	}
+	ac := a.Client(hc)
+	cm := storedConfigMap(t, ns, "theirs")
+	cm.Data["report"] = "by a"
+	err := ac.Update(ctx, cm)
+	if !guard.IsRefused(err) || errors.Is(err, guard.ErrLost) || !strings.Contains(err.Error(), `bound to lock "other"`) {
+		t.Fatalf("a's write of another lock's object: %v; want the webhook's refusal, not a loss", err)
+	}
+	if !a.Held() || ac.Lost() {
+		t.Fatalf("a lost its lock (%s) over another lock's object", a.Reason())
+	}
+	if err := ac.Create(ctx, configMap(ns, "ours", "by a")); err != nil {
+		t.Fatalf("a's next write: %v", err)
+	}
 }

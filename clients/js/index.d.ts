@@ -10,6 +10,16 @@ export const ROUTE_PATH: '/api/v1/locks'
 export const DEFAULT_TOKEN_FILE: string
 export const LOST_RENEW: 'renew'
 export const LOST_GUARD: 'guard'
+/** The label that opts an object in to fencing. */
+export const GUARDED_LABEL: 'locks.queen.dev/guarded'
+/** The annotation each write to a guarded object carries. */
+export const GUARD_ANNOTATION: 'locks.queen.dev/guard'
+/** What guardMetadata answers: metadata to merge into a Kubernetes object's. */
+export interface GuardMetadata {
+  labels: { 'locks.queen.dev/guarded': 'true' }
+  /** "<lock>#<slot>=<token>" with the current token. */
+  annotations: { 'locks.queen.dev/guard': string }
+}
 export const LOST_EXPIRED: 'expired'
 export const MAX_NAME_BYTES: 256
 export const MAX_OWNER_BYTES: 256
@@ -128,6 +138,8 @@ export class Handle {
   run (fn: (signal: AbortSignal) => unknown, options?: WaitOptions): Promise<boolean>
   /** The guard object of the last acquire or renew answer. */
   guard (): Guard | undefined
+  /** The label and annotation that fence a write with the current token; undefined while nothing is held. */
+  guardMetadata (): GuardMetadata | undefined
   /** Whether the token is still the permit's; a failed check is a loss with reason guard. */
   check (): Promise<boolean>
   onLost (fn: (reason: LostReason) => void): this

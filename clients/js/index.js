@@ -17,4 +17,5 @@ export { QueenLocksError, RouteError, UnavailableError, LockLostError, LockRelea
 export { MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_TTL_SECONDS, MAX_LIMIT, mintOwner, validateName, parseDuration } from './lib/input.js'
 export { ROUTE_PATH, DEFAULT_TOKEN_FILE, MAX_WAIT_SECONDS, routeURL } from './lib/route.js'
 export { LOST_RENEW, LOST_GUARD, LOST_EXPIRED, Handle } from './lib/handle.js'
+export { GUARDED_LABEL, GUARD_ANNOTATION } from './lib/handle.js'
 export { queenLocks, Client } from './lib/client.js'

@@ -41,6 +41,8 @@ const usage = `queenlock: locks and semaphores with fencing tokens, from the she
 
 Usage:
   queenlock run NAME --ttl 30s [--limit N] [--wait 10s] [--owner ID] [--held-exit-code N] [--grace 10s] -- CMD [ARG...]
+  queenlock guard NAME [--label | --annotation] [--deletable] [-o lines|json]
+                                      (inside run: the current token's guard)
   queenlock acquire NAME --ttl 30s [--limit N] [--owner ID]
   queenlock renew NAME --token T [--slot S] [--owner ID] [--ttl 30s]
   queenlock release NAME --token T [--slot S] [--owner ID]
@@ -90,6 +92,8 @@ func Main(ctx context.Context, e Env) int {
 	switch cmd {
 	case "run":
 		code, err = runCmd(ctx, e, args)
+	case "guard":
+		code, err = guardCmd(e, args)
 	case "acquire", "renew", "release", "get", "list":
 		code, err = scriptCmd(ctx, e, cmd, args)
 	default:

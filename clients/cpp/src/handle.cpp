@@ -396,6 +396,14 @@ bool Handle::held() const {
 std::uint64_t Handle::token() const { return state().token; }
 int Handle::slot() const { return state().slot; }
 std::optional<Guard> Handle::guard() const { return state().guard; }
+
+std::optional<GuardMetadata> Handle::guard_metadata() const {
+  if (!held()) return std::nullopt;
+  GuardMetadata m;
+  m.labels[kGuardedLabel] = "true";
+  m.annotations[kGuardAnnotation] = name() + "#" + std::to_string(slot()) + "=" + std::to_string(token());
+  return m;
+}
 std::optional<LostReason> Handle::lost_reason() const { return state().lost; }
 std::string Handle::expires_at() const { return state().expires_at; }
 std::chrono::steady_clock::time_point Handle::deadline() const { return state().deadline; }

@@ -386,6 +386,51 @@ TEST(Guard, IsAcceptedByAGuardedWriteAndRefusedAfterLoss) {
   EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
 }
 
+// A ConfigMap with guard_metadata's labels and annotations, written with kubectl.
+static qlt::Ran write_configmap_with(const std::string& name, const queen_locks::GuardMetadata& m, const std::string& value,
+                                     bool create) {
+  auto object = [](const std::map<std::string, std::string>& kv) {
+    std::string out = "{";
+    for (const auto& [k, v] : kv) out += (out.size() > 1 ? ",\"" : "\"") + k + "\":\"" + v + "\"";
+    return out + "}";
+  };
+  std::string cm = R"({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":")" + name + R"(","labels":)" +
+                   object(m.labels) + R"(,"annotations":)" + object(m.annotations) + R"(},"data":{"report":")" + value +
+                   R"("}})";
+  return qlt::kubectl({create ? "create" : "replace", "-f", "-"}, cm);
+}
+
+TEST(Guard, GuardMetadataFencesAWriteUntilTheLockIsTakenOver) {
+  QLT_NEED_KUBECTL();
+  std::string name = qlt::unique("fenced"), cm = qlt::unique("report");
+  queen_locks::Client c = qlt::client();
+  Handle h = c.lock(name, 60s);
+  EXPECT_FALSE(h.guard_metadata().has_value()) << "a guard before any acquire";
+  ASSERT_TRUE(h.acquire());
+  queen_locks::GuardMetadata want;
+  want.labels[queen_locks::kGuardedLabel] = "true";
+  want.annotations[queen_locks::kGuardAnnotation] = name + "#0=" + std::to_string(h.token());
+  ASSERT_TRUE(h.guard_metadata().has_value());
+  EXPECT_TRUE(*h.guard_metadata() == want);
+  auto r = write_configmap_with(cm, *h.guard_metadata(), "first", true);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = write_configmap_with(cm, *h.guard_metadata(), "second", false);
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  // Taken over: the permit deleted by hand and acquired by another.
+  qlt::delete_permit(name);
+  Handle b = c.lock(name, 60s);
+  ASSERT_TRUE(qlt::wait_for("the other holder to acquire", [&] { return b.acquire(); }));
+  r = write_configmap_with(cm, *h.guard_metadata(), "stale", false);
+  EXPECT_NE(r.code, 0) << "a replaced holder's write was admitted";
+  EXPECT_NE(r.err.find("kv_precondition"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+  EXPECT_FALSE(h.check());
+  ASSERT_TRUE(h.lost_reason().has_value());
+  EXPECT_EQ(*h.lost_reason(), LostReason::guard);
+  EXPECT_FALSE(h.guard_metadata().has_value()) << "a guard after the loss";
+}
+
 TEST(TLS, AnHttpsRouteIsVerifiedWithTheCAFile) {
   QLT_NEED_ROUTE();
   if (qlt::tls_dir().empty()) GTEST_SKIP() << "QUEEN_LOCKS_TEST_TLS_DIR is not set (go test ./clients/ makes it)";

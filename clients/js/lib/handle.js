@@ -12,6 +12,11 @@ export const LOST_RENEW = 'renew' // the server answered that the permit is no l
 export const LOST_GUARD = 'guard' // a check of the handle's token failed
 export const LOST_EXPIRED = 'expired' // the lifetime passed on this machine's clock without a renew getting through
 
+// The label that opts a Kubernetes object in to fencing, and the annotation
+// every write to it carries (docs/fencing.md).
+export const GUARDED_LABEL = 'locks.queen.dev/guarded'
+export const GUARD_ANNOTATION = 'locks.queen.dev/guard'
+
 const POLL_FIRST_MS = 100
 const POLL_MAX_MS = 1000
 const RELEASE_RETRY_MS = 10_000
@@ -93,6 +98,24 @@ export class Handle {
   guard () {
     const g = this.#lease?.guard
     return g ? { ...g } : undefined
+  }
+
+  /**
+   * The label and annotation that fence a Kubernetes write with the current
+   * token, as metadata to merge into the object's:
+   * { labels: { 'locks.queen.dev/guarded': 'true' },
+   *   annotations: { 'locks.queen.dev/guard': '<lock>#<slot>=<token>' } }.
+   * Call it for each write, right before sending (not before an await that
+   * may span a renew): every renew changes the token. Undefined while
+   * nothing is held.
+   */
+  guardMetadata () {
+    const lease = this.#lease
+    if (!lease?.held) return undefined
+    return {
+      labels: { [GUARDED_LABEL]: 'true' },
+      annotations: { [GUARD_ANNOTATION]: `${this.#name}#${lease.slot}=${lease.token}` }
+    }
   }
 
   /** Calls fn(reason) whenever a held lock is lost; reason is renew, guard or expired. */

@@ -22,6 +22,11 @@ final class Handle
     /** A whole lifetime passed on our clock, since the last successful renew was sent, without a renew getting through. */
     public const LOST_EXPIRED = 'expired';
 
+    /** The label that opts a Kubernetes object in to fencing. */
+    public const GUARDED_LABEL = 'locks.queen.dev/guarded';
+    /** The annotation each write to a guarded object carries: "<lock>#<slot>=<token>". */
+    public const GUARD_ANNOTATION = 'locks.queen.dev/guard';
+
     /** First pause between tries when the route cannot wait for us: doubling to POLL_MAX. */
     private const POLL_FIRST = 0.1;
     private const POLL_MAX = 1.0;
@@ -102,6 +107,27 @@ final class Handle
     public function guard(): ?array
     {
         return $this->guard;
+    }
+
+    /**
+     * The label and annotation that fence a Kubernetes write with the
+     * current token, as metadata to merge into the object's:
+     * ['labels' => ['locks.queen.dev/guarded' => 'true'],
+     *  'annotations' => ['locks.queen.dev/guard' => 'NAME#SLOT=TOKEN']].
+     * Null while nothing is held. Call it for each write, after the last
+     * keepAlive() before it: a renew changes the token.
+     *
+     * @return array{labels: array<string, string>, annotations: array<string, string>}|null
+     */
+    public function guardMetadata(): ?array
+    {
+        if (!$this->held()) {
+            return null;
+        }
+        return [
+            'labels' => [self::GUARDED_LABEL => 'true'],
+            'annotations' => [self::GUARD_ANNOTATION => "{$this->name}#{$this->slot}={$this->token}"],
+        ];
     }
 
     /** The server's expiry of the permit (its clock) as of the last answer. */

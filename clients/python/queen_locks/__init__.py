@@ -12,6 +12,8 @@ Standard library only; Python 3.9 or later.
 
 from ._errors import LockLost, NotAcquired, QueenLocksError, RouteError, Unavailable
 from ._handle import (
+    GUARD_ANNOTATION,
+    GUARDED_LABEL,
     LOST_EXPIRED,
     LOST_GUARD,
     LOST_RENEW,
@@ -36,6 +38,8 @@ __all__ = [
     "LOST_RENEW",
     "LOST_GUARD",
     "LOST_EXPIRED",
+    "GUARDED_LABEL",
+    "GUARD_ANNOTATION",
     "MAX_LIMIT",
     "MAX_NAME_BYTES",
     "MAX_TTL_SECONDS",

@@ -23,6 +23,11 @@ LOST_RENEW = "renew"  # the server answered that the permit is no longer ours
 LOST_GUARD = "guard"  # a check of the handle's token failed
 LOST_EXPIRED = "expired"  # the lifetime passed on this machine's clock without a renew getting through
 
+# The label that opts a Kubernetes object in to fencing, and the annotation
+# every write to it carries (docs/fencing.md).
+GUARDED_LABEL = "locks.queen.dev/guarded"
+GUARD_ANNOTATION = "locks.queen.dev/guard"
+
 MAX_NAME_BYTES = 256
 MAX_OWNER_BYTES = 256
 MAX_TTL_SECONDS = 31536000
@@ -259,6 +264,26 @@ class Handle:
         acquire."""
         with self._mu:
             return dict(self._lease.guard) if self._lease and self._lease.guard else None
+
+    def guard_metadata(self):
+        """The label and annotation that fence a Kubernetes write with the
+        current token, as metadata to merge into the object's:
+
+            {"labels": {"locks.queen.dev/guarded": "true"},
+             "annotations": {"locks.queen.dev/guard": "<lock>#<slot>=<token>"}}
+
+        Call it for each write, right before sending: every renew changes the
+        token. None while nothing is held. A write refused with
+        kv_precondition after this answered means the lock may be lost: the
+        next check() (or renew) tells."""
+        with self._mu:
+            lease = self._lease
+            if lease is None or not lease.held:
+                return None
+            return {
+                "labels": {GUARDED_LABEL: "true"},
+                "annotations": {GUARD_ANNOTATION: f"{self._name}#{lease.slot}={lease.token}"},
+            }
 
     def on_lost(self, callback):
         """Calls callback(reason) whenever a held lock is lost; reason is

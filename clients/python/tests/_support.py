@@ -91,6 +91,18 @@ def write_configmap(name, guard, value, create=False):
     return kubectl("create" if create else "replace", "-f", "-", stdin=json.dumps(cm))
 
 
+def write_configmap_with(name, metadata, value, create=False):
+    """Writes a ConfigMap whose labels and annotations are metadata's, as a
+    handle's guard_metadata() answers them."""
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, **metadata},
+        "data": {"report": value},
+    }
+    return kubectl("create" if create else "replace", "-f", "-", stdin=json.dumps(cm))
+
+
 def wait_for(what, cond, timeout=30.0):
     """Waits until cond() is true, checking every 20 ms."""
     end = time.monotonic() + timeout

@@ -19,6 +19,7 @@ from _support import (
     with_kubectl,
     with_tls,
     write_configmap,
+    write_configmap_with,
 )
 
 import queen_locks
@@ -335,6 +336,41 @@ class Guard(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, "a write under a lost lock's token was admitted")
         self.assertIn("kv_precondition", r.stderr)
         self.assertIn(name, r.stderr)
+
+
+@live
+@with_kubectl
+class GuardMetadata(unittest.TestCase):
+    def test_a_write_under_guard_metadata_is_admitted_until_the_lock_is_taken_over(self):
+        c = client()
+        name, cm = unique("fenced"), unique("report")
+        h = c.lock(name, 60)
+        reasons = []
+        h.on_lost(reasons.append)
+        self.assertIsNone(h.guard_metadata(), "a guard before any acquire")
+        self.assertTrue(h.acquire())
+        meta = h.guard_metadata()
+        self.assertEqual(meta, {
+            "labels": {queen_locks.GUARDED_LABEL: "true"},
+            "annotations": {queen_locks.GUARD_ANNOTATION: f"{name}#0={h.token}"},
+        })
+        r = write_configmap_with(cm, h.guard_metadata(), "first", create=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = write_configmap_with(cm, h.guard_metadata(), "second")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        # Taken over: the permit deleted by hand and acquired by another.
+        delete_permit(name)
+        b = c.lock(name, 60)
+        wait_for("the other holder to acquire", b.acquire)
+        self.addCleanup(b.release)
+        r = write_configmap_with(cm, h.guard_metadata(), "stale")
+        self.assertNotEqual(r.returncode, 0, "a replaced holder's write was admitted")
+        self.assertIn("kv_precondition", r.stderr)
+        self.assertIn(name, r.stderr)
+        self.assertFalse(h.check())
+        self.assertEqual(reasons, [queen_locks.LOST_GUARD])
+        self.assertIsNone(h.guard_metadata(), "a guard after the loss")
 
 
 @live

@@ -33,6 +33,7 @@
 
 mod client;
 mod error;
+mod guard;
 mod handle;
 mod input;
 mod renew;
@@ -42,6 +43,7 @@ mod wire;
 
 pub use client::{Client, ClientBuilder, CA_FILE_ENV, TOKEN_FILE_ENV, URL_ENV};
 pub use error::{Error, Result};
+pub use guard::{GuardMetadata, GUARDED_LABEL, GUARD_ANNOTATION};
 pub use handle::Handle;
 pub use input::{mint_owner, validate_name, MAX_LIMIT, MAX_NAME_BYTES, MAX_OWNER_BYTES, MAX_TTL_SECONDS};
 pub use route::{DEFAULT_TOKEN_FILE, MAX_WAIT_SECONDS, ROUTE_PATH};

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,20 @@ struct Guard {
 
   // "<lock>#<slot>=<token>", the value of locks.queen.dev/guard.
   std::string annotation() const { return key + "=" + std::to_string(expect); }
+};
+
+// The label that opts a Kubernetes object in to fencing, and the annotation
+// each write to it carries (docs/fencing.md).
+inline constexpr const char* kGuardedLabel = "locks.queen.dev/guarded";
+inline constexpr const char* kGuardAnnotation = "locks.queen.dev/guard";
+
+// GuardMetadata is what Handle::guard_metadata answers: labels and
+// annotations to merge into a Kubernetes object's metadata.
+struct GuardMetadata {
+  std::map<std::string, std::string> labels;       // locks.queen.dev/guarded: "true"
+  std::map<std::string, std::string> annotations;  // locks.queen.dev/guard: "<lock>#<slot>=<token>"
+
+  bool operator==(const GuardMetadata& o) const { return labels == o.labels && annotations == o.annotations; }
 };
 
 // Handle is a lock (a semaphore of 1) or one permit of a semaphore. It is
@@ -124,6 +139,10 @@ class Handle {
   int slot() const;
   // The guard of the last acquire or renew answer.
   std::optional<Guard> guard() const;
+  // The label and annotation that fence a Kubernetes write with the current
+  // token; empty while nothing is held. Call it for each write, after the
+  // last keep_alive() before it: a renew changes the token.
+  std::optional<GuardMetadata> guard_metadata() const;
   // Why the lock was lost, once it was; reset by the next acquire.
   std::optional<LostReason> lost_reason() const;
   // When the server will count the permit expired, by its clock, as of the

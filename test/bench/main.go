@@ -190,7 +190,8 @@ type bench struct {
 	sum      summary // what the targets section says
 }
 
-// summary is what the run found against the targets of issue 13.
+// summary is what the run found against the targets the benchmark is
+// held to (summary.go names them).
 type summary struct {
 	callsRun     bool
 	callsOff     []string        // operations whose lock calls missed the target

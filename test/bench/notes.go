@@ -93,7 +93,8 @@ idle connections per host made most calls at 8 and 32 clients open a new
 one), rows take turns in one-second rounds, and CPU is counted per cycle.
 
 - **The manager's own renews and takeovers skip the webhook** (since
-  2026-12-04; SPEC section 3 allows it). The route stamps them itself
+  2026-12-04: a write stamped by the webhook's own rules from the
+  webhook's own clock needs no second check; the CRD's CEL rules still run). The route stamps them itself
   with ` + "`permit.Stamp`" + `, the webhook's rules, from the clock the webhook
   in the same process reads. It sends each one as an update of the whole
   permit, conditional on the version it stamped over, and the chart's

@@ -121,7 +121,10 @@ include hack/e2e.mk
 ##@ Run
 
 .PHONY: dev
-dev: tools ## A local control plane with the CRD, webhooks and manager; the route on localhost:6632.
+# make dev builds only what it runs: etcd, kube-apiserver and kubectl (the
+# manager is built into queen-locks-dev). controller-gen, helm and
+# golangci-lint come with make test and make lint, which use them.
+dev: control-plane ## A local control plane with the CRD, webhooks and manager; the route on localhost:6632.
 	go build -o $(BIN)/queen-locks-dev ./cmd/dev
 	exec $(BIN)/queen-locks-dev
 

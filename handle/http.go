@@ -70,6 +70,10 @@ var defaultHTTPTransport = func() *http.Transport {
 type CallError struct {
 	Code    int
 	Message string
+	// Field is the field of the call the route refused, when it names one
+	// (a 400 for a bad or unknown field): tell refusals apart by it, not
+	// by the message's words.
+	Field string
 }
 
 func (e *CallError) Error() string { return fmt.Sprintf("route answered %d: %s", e.Code, e.Message) }
@@ -226,7 +230,7 @@ func (h *httpTransport) call(ctx context.Context, op map[string]any) (routeapi.R
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == 0 {
 			e.Error = routeapi.Error{Code: resp.StatusCode, Message: strings.TrimSpace(string(data))}
 		}
-		return routeapi.Result{}, &CallError{Code: e.Error.Code, Message: e.Error.Message}
+		return routeapi.Result{}, &CallError{Code: e.Error.Code, Message: e.Error.Message, Field: e.Error.Field}
 	}
 	var out routeapi.Response
 	if err := json.Unmarshal(data, &out); err != nil || len(out.Results) != 1 {
@@ -265,7 +269,8 @@ func acquiredOf(r routeapi.Result) locks.Acquired {
 
 // AcquireWaiting sends waitSeconds: the route holds the call until a slot
 // frees or the wait is over. A route that does not know waitSeconds
-// answers 400 naming it; the handle then polls, as it did before.
+// answers 400 with field waitSeconds (an unknown field); the handle then
+// polls, as it did before.
 func (h *httpTransport) AcquireWaiting(ctx context.Context, name, owner string, ttl int64, limit int, wait time.Duration) (locks.Acquired, bool, error) {
 	secs := int64(wait / time.Second)
 	if secs < 1 || h.noWait.Load() {
@@ -277,7 +282,7 @@ func (h *httpTransport) AcquireWaiting(ctx context.Context, name, owner string, 
 	}
 	r, err := h.call(ctx, op)
 	var ce *CallError
-	if errors.As(err, &ce) && ce.Code == http.StatusBadRequest && strings.Contains(ce.Message, "waitSeconds") {
+	if errors.As(err, &ce) && ce.Code == http.StatusBadRequest && ce.Field == "waitSeconds" {
 		h.noWait.Store(true)
 		return locks.Acquired{}, false, nil
 	}

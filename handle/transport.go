@@ -8,8 +8,8 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/locks/waiters"
 )
 
 // Transport carries lock operations to the server. HTTP goes through the

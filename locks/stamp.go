@@ -14,7 +14,9 @@ import (
 
 // AsManager tells the Client that it writes with the manager's own
 // identity, the one whose writes the webhook configuration lets past the
-// permit webhook (SPEC section 3; the chart's matchConditions). It then
+// permit webhook (the chart's matchConditions: a write stamped by the
+// webhook's own rules, from the clock of the process the webhook runs in,
+// needs no second check; the CRD's CEL rules still check it). It then
 // stamps its creates, renews and takeovers itself: permit.Stamp, the rules
 // the webhook runs, from the clock the webhook in the same process reads.
 // A create is refused if the name is taken, an update is conditional on

@@ -50,6 +50,9 @@ export interface WaitOptions {
   wait?: Duration
 }
 
+/** What run resolves to: whether fn ran, and what it resolved to if so. */
+export type RunResult<T> = { acquired: true, value: T } | { acquired: false, value: undefined }
+
 /** One held permit, as the route lists holders. */
 export interface Holder {
   slot: number
@@ -134,8 +137,12 @@ export class Handle {
   acquire (options?: WaitOptions): Promise<boolean>
   /** Stops renewing and releases; a no-op when nothing is held. */
   release (): Promise<void>
-  /** Acquires, runs fn with a signal aborted on loss, releases after; false when fn did not run. */
-  run (fn: (signal: AbortSignal) => unknown, options?: WaitOptions): Promise<boolean>
+  /**
+   * Acquires, runs fn with a signal aborted on loss, releases after.
+   * acquired is false when the lock could not be had in time (fn did not
+   * run); value is what fn resolved to.
+   */
+  run<T> (fn: (signal: AbortSignal) => T | Promise<T>, options?: WaitOptions): Promise<RunResult<T>>
   /** The guard object of the last acquire or renew answer. */
   guard (): Guard | undefined
   /** The label and annotation that fence a write with the current token; undefined while nothing is held. */

@@ -4,9 +4,9 @@
 //   import { queenLocks } from 'queen-locks'
 //   const ql = queenLocks()                      // $QUEEN_LOCKS_URL, the projected token
 //   const lock = ql.lock('daily-report', { ttl: '30s' })
-//   await lock.run(async (signal) => {           // aborted when the lock is lost
+//   const { acquired } = await lock.run(async (signal) => { // aborted when the lock is lost
 //     await writeReport({ fence: lock.token, signal })
-//   }, { wait: '10s' })
+//   }, { wait: '10s' })                          // acquired false: nothing ran
 //
 // This file only gathers the public names; the code is in lib/: errors.js
 // (the errors), input.js (names, owners, durations and their limits),

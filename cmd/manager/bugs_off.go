@@ -1,4 +1,4 @@
-//go:build !chaosbug
+//go:build chaos && !chaosbug
 
 package main
 

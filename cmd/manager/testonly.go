@@ -1,3 +1,5 @@
+//go:build chaos || chaosbug
+
 package main
 
 import (
@@ -10,8 +12,10 @@ import (
 	"github.com/queen-locks/queen-locks/internal/skewclock"
 )
 
-// Settings for make chaos alone (docs/development/safety.md). They are left out of
-// -help, and no deployment sets them.
+// Settings for make chaos alone (docs/development/safety.md). Only a
+// manager built with -tags chaos (or chaosbug, whose bugs are run by the
+// same harness) has them, so the manager that ships cannot be run on a
+// skewed clock by mistake; even there they are left out of -help.
 var testClockOffsetFile = flag.String("test-clock-offset-file", "",
 	"TEST ONLY (make chaos): run the manager's clock (webhook stamps, expiry, route) offset from the machine's by the duration in this file, re-read as it changes.")
 

@@ -1,9 +1,10 @@
 package gate_test
 
-// Attacks on gated pods (SPEC section 11), against the real API server and
+// Attacks on gated pods (a pod labelled locks.queen.dev/gate that waits
+// for its lock before it runs; docs/gated-pods.md), against the real API server and
 // the manager under its own identity. Each test either documents behaviour
-// that holds (it passes), or is a finding: it asserts what the SPEC or the
-// docs promise. An open finding is skipped with t.Skip("FINDING: ...")
+// that holds (it passes), or is a finding: it asserts what the docs
+// promise. An open finding is skipped with t.Skip("FINDING: ...")
 // (run them with QUEEN_LOCKS_ATTACK_FINDINGS=1; docs/gated-pods.md says
 // what each leaves open); one marked fixedFinding got through once and is
 // refused now, and runs always.
@@ -663,8 +664,8 @@ func TestAttackBadAnnotationsByUpdateAreRefused(t *testing.T) {
 
 // The policies match the pods resource only, not pods/status: whoever may
 // write a pod's status (kubelets, controllers, administrators) can change
-// the label and the locks.queen.dev/ annotations there, which the SPEC
-// says only the manager may change.
+// the label and the locks.queen.dev/ annotations there, which only the
+// manager may change once the pod is created (the line writes them).
 func TestAttackStatusSubresourceChangesTheLockAnnotations(t *testing.T) {
 	ns := entitledNamespace(t)
 	holder, waiting := atkBusy(t, ns, "status")
@@ -825,7 +826,8 @@ func TestAttackTheManagersIdentityOnPods(t *testing.T) {
 	})
 
 	t.Run("delete a labelled pod anywhere", func(t *testing.T) {
-		// By design (the SPEC lets it delete labelled pods), including in
+		// By design (the manager may delete labelled pods: it deletes a
+		// gated pod still running past its ttl), including in
 		// the namespaces the webhook skips: documented here.
 		p := newGated("kube-system", "labelled-system-pod", "x")
 		p.Spec.ServiceAccountName = ""
@@ -1440,7 +1442,7 @@ func TestAttackMixedLimitsHeadOfLine(t *testing.T) {
 	told(t, narrow, "Waiting", "number 1 in line")
 	wide := gated(t, ns, "wide", "hol", gatedpod.LimitAnnotation, "3")
 	told(t, wide, "Waiting", "number 2 in line")
-	t.Logf("a pod of limit 3 waits behind a pod of limit 1 while 2 of its 3 slots are free: head-of-line blocking (it keeps the order the SPEC promises)")
+	t.Logf("a pod of limit 3 waits behind a pod of limit 1 while 2 of its 3 slots are free: head-of-line blocking (it keeps the line's promised order: first come, first let in)")
 	if ok, err := l.Release(ctx, ns, "hol", held.Slot, held.Token, held.Owner); err != nil || !ok {
 		t.Fatal(ok, err)
 	}

@@ -11,26 +11,9 @@
 # their own server, so the service is stopped and disabled: nothing of this
 # script keeps a port open.
 set -euo pipefail
-packages=(prometheus)
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-    missing+=("$p")
-  fi
-done
-if ((${#missing[@]})); then
-  echo ">> installing ${missing[*]} from Debian's packages" >&2
-  log=$(mktemp)
-  trap 'rm -f "$log"' EXIT
-  # Other install scripts may run at the same time: wait for apt's lock
-  # instead of failing on it. No recommends: the node exporter would be
-  # one more service.
-  if ! { apt-get -o DPkg::Lock::Timeout=600 update -qq &&
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
-    cat "$log" >&2
-    exit 1
-  fi
-fi
+# No recommends (the helper installs none): the node exporter would be
+# one more service.
+bash "$(dirname "${BASH_SOURCE[0]}")/../apt-install.sh" prometheus
 
 # Stop and disable the packaged service, whichever init runs it. Each step
 # may find nothing to do (a container without an init, a policy that kept

@@ -23,19 +23,4 @@ if ! command -v cargo >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin
 	packages+=(rustc cargo)
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-		missing+=("$p")
-	fi
-done
-[ "${#missing[@]}" -eq 0 ] && exit 0
-
-sudo=()
-if [ "$(id -u)" -ne 0 ]; then
-	sudo=(sudo)
-fi
-export DEBIAN_FRONTEND=noninteractive
-# Other installs may hold dpkg's lock for a while: wait for it.
-"${sudo[@]}" apt-get -qq -o DPkg::Lock::Timeout=600 update >/dev/null
-"${sudo[@]}" apt-get -qq -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}" >/dev/null
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../apt-install.sh" "${packages[@]}"

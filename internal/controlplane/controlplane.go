@@ -33,7 +33,7 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/manager"
-	"github.com/queen-locks/queen-locks/internal/waiters"
+	"github.com/queen-locks/queen-locks/locks/waiters"
 	"github.com/queen-locks/queen-locks/permit"
 	"github.com/queen-locks/queen-locks/webhook"
 )

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -23,7 +22,7 @@ import (
 // ends: expired permits then stay, as they do when expiry cannot delete (no
 // leader, or its deletes refused). It holds the lock "probe" in ns for an
 // hour, and returns once the API server refuses a dry-run delete of it.
-func (e *Env) BlockPermitDeletes(t testing.TB, ns string) {
+func (e *Env) BlockPermitDeletes(t T, ns string) {
 	t.Helper()
 	ctx := context.Background()
 	name := "block-permit-deletes-" + ns

@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -19,7 +18,7 @@ import (
 // ServeRoute serves the lock route with auth (and ns as the default
 // namespace) on a free loopback port until the test ends or stop is called.
 // It answers the route's full URL.
-func (e *Env) ServeRoute(t testing.TB, auth, ns string) (url string, stop func()) {
+func (e *Env) ServeRoute(t T, auth, ns string) (url string, stop func()) {
 	t.Helper()
 	url, stop, err := e.StartRoute(e.Config, auth, ns)
 	if err != nil {

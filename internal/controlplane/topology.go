@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -74,7 +73,7 @@ type TopologyOptions struct {
 
 // Production builds a Topology for the test and tears it down when the
 // test ends.
-func (e *Env) Production(t testing.TB, o TopologyOptions) *Topology {
+func (e *Env) Production(t T, o TopologyOptions) *Topology {
 	t.Helper()
 	if o.Quota == 0 {
 		o.Quota = 100
@@ -116,7 +115,7 @@ func (e *Env) Production(t testing.TB, o TopologyOptions) *Topology {
 }
 
 // Pod makes a Pod object (no kubelet runs it) of ServiceAccount sa.
-func (e *Env) Pod(t testing.TB, ns, name, sa string) *corev1.Pod {
+func (e *Env) Pod(t T, ns, name, sa string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "job", Image: "job"}}}}
@@ -128,7 +127,7 @@ func (e *Env) Pod(t testing.TB, ns, name, sa string) *corev1.Pod {
 
 // PodToken is a token of the pod's ServiceAccount bound to the pod, with
 // the given audiences, as the kubelet writes into a projected volume.
-func (e *Env) PodToken(t testing.TB, p *corev1.Pod, audiences ...string) string {
+func (e *Env) PodToken(t T, p *corev1.Pod, audiences ...string) string {
 	t.Helper()
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		Audiences:      audiences,
@@ -150,7 +149,7 @@ func (e *Env) PodToken(t testing.TB, p *corev1.Pod, audiences ...string) string 
 // status.hard is filled in, so it is filled in as the controller would;
 // the quota's admission then counts creates itself (and, with no
 // controller, never counts a delete back).
-func (e *Env) SetQuota(t testing.TB, ns string, hard int64) *corev1.ResourceQuota {
+func (e *Env) SetQuota(t T, ns string, hard int64) *corev1.ResourceQuota {
 	t.Helper()
 	ctx := context.Background()
 	q := &corev1.ResourceQuota{
@@ -252,7 +251,7 @@ type dropKey struct{}
 // sends each call to the next of them in turn, on a connection of its own
 // to that replica: so two calls in a row, a call and its retry, reach
 // different replicas, whatever connection the caller reuses.
-func Spread(t testing.TB, urls ...string) *Spreader {
+func Spread(t T, urls ...string) *Spreader {
 	t.Helper()
 	var targets []*url.URL
 	for _, u := range urls {

@@ -35,8 +35,8 @@ import (
 	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/controllers/gate"
 	"github.com/queen-locks/queen-locks/internal/route"
-	"github.com/queen-locks/queen-locks/internal/waiters"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/locks/waiters"
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
 	"github.com/queen-locks/queen-locks/webhook"
 )

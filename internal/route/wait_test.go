@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/queen-locks/queen-locks/internal/route"
-	"github.com/queen-locks/queen-locks/internal/waiters"
+	"github.com/queen-locks/queen-locks/locks/waiters"
 )
 
 func acquireWaiting(name, owner string, ttl, limit, waitSeconds int) string {

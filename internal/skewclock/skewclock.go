@@ -2,7 +2,10 @@
 // by an offset read from a file, which may change while it runs. It exists
 // for make chaos alone: the harness runs manager replicas whose clocks
 // disagree, as nodes' clocks do, through the manager's test-only flag
-// --test-clock-offset-file. Nothing else may use it.
+// --test-clock-offset-file, which only a manager built with the chaos tag
+// has: the manager that ships does not link this package
+// (cmd/manager's TestShippedManagerLinksNoTestCode). Nothing else may use
+// it.
 package skewclock
 
 import (

@@ -451,7 +451,7 @@ func (x *external) rows(paths []extPath, conc int) ([]extRow, error) {
 	return rows, nil
 }
 
-// extResult is what the section found against issue 45's targets.
+// extResult is what the section found against the route's targets as users run it.
 type extResult struct {
 	// The route's clients' cycles to the floor's, round by round, by
 	// clients.

@@ -27,8 +27,8 @@ import (
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
-// The gated rows measure how a lock passes from one gated pod (SPEC
-// section 11) to the next in line: batches of gatedBatch pods of one lock
+// The gated rows measure how a lock passes from one gated pod
+// (docs/gated-pods.md) to the next in line: batches of gatedBatch pods of one lock
 // are queued, and each is finished (its status phase set to Succeeded, as
 // the kubelet would; no kubelet runs here) gatedHold after a pod watch
 // sees its gate lifted. Three moments of this process's clock:

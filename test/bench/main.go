@@ -195,7 +195,8 @@ type bench struct {
 	sum      summary // what the targets section says
 }
 
-// summary is what the run found against the targets of issue 13.
+// summary is what the run found against the targets the benchmark is
+// held to (summary.go names them).
 type summary struct {
 	callsRun     bool
 	callsOff     []string        // operations whose lock calls missed the target
@@ -213,7 +214,7 @@ type summary struct {
 	// The semaphore's handoff gaps, with waitSeconds and polling.
 	semWait, semPoll *gaps
 	// The route's cycles to the floor's with the clients in their own
-	// process (issue 45).
+	// process, as users run it.
 	external *extResult
 }
 

@@ -167,7 +167,7 @@ the HTTP hop SPEC requires (1.0), the manager's own work beside it
 (0.5), less what permits without managedFields save kube-apiserver
 (0.6). By that arithmetic the route as users call it reaches about 0.9
 of the floor on this machine, where the callers' CPU comes out of the
-same two cores as kube-apiserver's: short of issue 45's 0.95 at 8
+same two cores as kube-apiserver's: short of the 0.95 target at 8
 clients by the hop itself, and near its 0.9 at 32 clients only if the
 costs per cycle stay as at 8 (32 clients were not profiled). Both
 profiled pairs were taken on a loaded machine; the external rows of a
@@ -188,7 +188,8 @@ idle connections per host made most calls at 8 and 32 clients open a new
 one), rows take turns in one-second rounds, and CPU is counted per cycle.
 
 - **The manager's own renews and takeovers skip the webhook** (since
-  2026-12-04; SPEC section 3 allows it). The route stamps them itself
+  2026-12-04: a write stamped by the webhook's own rules from the
+  webhook's own clock needs no second check; the CRD's CEL rules still run). The route stamps them itself
   with ` + "`permit.Stamp`" + `, the webhook's rules, from the clock the webhook
   in the same process reads. It sends each one as an update of the whole
   permit, conditional on the version it stamped over, and the chart's

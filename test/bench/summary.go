@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// wantCalls are the API calls on queenlocks that issue 13 allows each
-// operation: at most this many.
+// wantCalls are the API calls on queenlocks each operation may cost: at
+// most this many, which is what a permit per slot and a webhook that
+// stamps in the same write allow.
 var wantCalls = map[string]float64{
 	"acquire, free lock":             1,
 	"renew":                          1,
@@ -47,17 +48,18 @@ func offTarget(rows []callRow) []string {
 	return off
 }
 
-// renewTarget is the renew load of issue 13: this many held permits with
-// a p99 under renewTargetP99.
+// renewTarget is the renew load the route must carry: this many held
+// permits with a p99 under renewTargetP99.
 const (
 	renewTarget    = 2000
 	renewTargetP99 = 100 * time.Millisecond
 )
 
-// write says, from this run's own figures, which targets of issue 13 it met.
+// write says, from this run's own figures, which targets it met: calls,
+// throughput, auth and renew load first, then cost and handoff.
 func (s summary) write() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Against the targets of issue 13, in this run\n\n")
+	fmt.Fprintf(&b, "\n## Against the targets for calls, throughput, auth and renew load, in this run\n\n")
 	if s.callsRun {
 		if len(s.callsOff) == 0 {
 			fmt.Fprintf(&b, "- **API calls per operation:** met on every path: 1 for an acquire of a free lock, a renew and a release; at most 2 for an acquire of a held lock; 2 for a semaphore acquire with room; 1 read for get and check.\n")
@@ -107,12 +109,12 @@ func (s summary) write() string {
 		}
 		fmt.Fprintln(&b)
 	}
-	b.WriteString(s.issue27())
-	b.WriteString(s.issue45())
+	b.WriteString(s.costTargets())
+	b.WriteString(s.externalTargetsMet())
 	return b.String()
 }
 
-// Targets of issue 45: the route's cycles, with the clients in their own
+// The targets for the route's cycles, with the clients in their own
 // process, to the floor's in the same rounds (the median of the rounds),
 // by clients.
 var externalTargets = []struct {
@@ -120,14 +122,14 @@ var externalTargets = []struct {
 	want float64
 }{{8, 0.95}, {32, 0.9}}
 
-// issue45 says how the route's cycles, with its callers in a process of
+// externalTargetsMet says how the route's cycles, with its callers in a process of
 // their own, compared with the floor's.
-func (s summary) issue45() string {
+func (s summary) externalTargetsMet() string {
 	if s.external == nil {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Against the targets of issue 45, in this run\n\n")
+	fmt.Fprintf(&b, "\n## The route as users run it, against its targets, in this run\n\n")
 	for _, t := range externalTargets {
 		h, p := s.external.handle[t.conc], s.external.plain[t.conc]
 		verdict := "not met"
@@ -140,7 +142,7 @@ func (s summary) issue45() string {
 	return b.String()
 }
 
-// Targets of issue 27 beside renew cost: route cycles at 8 clients at
+// Targets beside renew cost: route cycles at 8 clients at
 // least cycleFloorTarget of the CRD copy's, and a semaphore's handoff to
 // waiters with a p99 under handoffTarget and below polling's.
 const (
@@ -148,10 +150,11 @@ const (
 	handoffTarget    = 50 * time.Millisecond
 )
 
-// issue27 says which targets of issue 27 this run measured and met.
-func (s summary) issue27() string {
+// costTargets says which targets of renew cost, route cycles and
+// handoff this run measured and met.
+func (s summary) costTargets() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Against the targets of issue 27, in this run\n\n")
+	fmt.Fprintf(&b, "\n## Against the targets for renew cost, route cycles and handoff, in this run\n\n")
 	if s.renewP99 != nil {
 		b.WriteString(s.renewCost())
 	}
@@ -174,7 +177,7 @@ func (s summary) issue27() string {
 	return b.String()
 }
 
-// Renew targets of issue 27: kube-apiserver CPU per renew through the
+// Renew targets: kube-apiserver CPU per renew through the
 // route at most renewCostTarget times a Lease renew's in the same run, and
 // renewLoadTarget held permits renewed with a p99 under renewBound.
 const (
@@ -184,7 +187,7 @@ const (
 
 // renewCost says how the route's renews compared with Leases' in
 // kube-apiserver's CPU, step by step, and whether the load step held: the
-// renew lines of issue27.
+// renew lines of costTargets.
 func (s summary) renewCost() string {
 	var b strings.Builder
 	var vsPatch, vsUpdate, vsFloor []string

@@ -253,8 +253,8 @@ func wakeupRows(env *controlplane.Env, ns string, rounds int) ([]gaps, error) {
 	return rows, nil
 }
 
-// semHandoffRow names the semaphore's handoff rows, which issue 27 has a
-// target for.
+// semHandoffRow names the semaphore's handoff rows, which have a target
+// of their own (handoffTarget).
 const semHandoffRow = "handoff gap, semaphore of 4, 16 waiters"
 
 func wakeupTable(rows []gaps) string {

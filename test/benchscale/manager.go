@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/test/internal/child"
+	"github.com/queen-locks/queen-locks/test/internal/loopback"
 	"github.com/queen-locks/queen-locks/test/internal/promtext"
 )
 
@@ -39,7 +40,7 @@ type managerProc struct {
 	routeURL, probeURL, metricsURL string
 
 	pid  int
-	done chan struct{} // closed when the process has exited
+	proc *child.Process // nil before the first start
 }
 
 // managerUser is the manager's ServiceAccount as a user name, which its
@@ -63,7 +64,7 @@ func newManager(env *controlplane.Env, bin, dir string, grace time.Duration) (*m
 	}
 	var addrs [3]string
 	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+		if addrs[i], err = loopback.FreeAddr(); err != nil {
 			return nil, err
 		}
 	}
@@ -98,36 +99,19 @@ func (m *managerProc) start() error {
 	cmd := exec.Command(m.args[0], m.args[1:]...)
 	cmd.Env = m.env
 	cmd.Stdout, cmd.Stderr = log, log
-	// Its own process group, and killed if this process dies first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := child.Start(cmd, func() { log.Close() })
+	if err != nil {
 		log.Close()
 		return fmt.Errorf("starting the manager: %w", err)
 	}
-	m.pid = cmd.Process.Pid
-	m.done = make(chan struct{})
-	done := m.done
-	go func() {
-		_ = cmd.Wait()
-		log.Close()
-		close(done)
-	}()
+	m.pid, m.proc = p.Pid, p
 	return nil
 }
 
 // exited tells whether the manager has exited (and been reaped: its pid
-// may belong to another process by now).
-func (m *managerProc) exited() bool {
-	if m.done == nil {
-		return true
-	}
-	select {
-	case <-m.done:
-		return true
-	default:
-		return false
-	}
-}
+// may belong to another process by now). One never started has nothing
+// running either.
+func (m *managerProc) exited() bool { return m.proc == nil || m.proc.Exited() }
 
 // stop sends SIGTERM, waits up to timeout, then kills it; it answers how
 // long the manager took to exit after the SIGTERM.
@@ -140,12 +124,12 @@ func (m *managerProc) stop(timeout time.Duration) (time.Duration, error) {
 		return 0, err
 	}
 	select {
-	case <-m.done:
+	case <-m.proc.Done():
 		return time.Since(start), nil
 	case <-time.After(timeout):
 	}
 	_ = syscall.Kill(m.pid, syscall.SIGKILL)
-	<-m.done
+	<-m.proc.Done()
 	return time.Since(start), fmt.Errorf("the manager did not stop within %s of SIGTERM; killed", timeout)
 }
 
@@ -224,13 +208,4 @@ func managerMetricsOf(body []byte) (managerMetrics, error) {
 	mm.expirations, _ = promtext.Sum(s, "queen_locks_expirations_total", nil)
 	mm.podGoneReleases, _ = promtext.Sum(s, "queen_locks_releases_total", map[string]string{"reason": "pod-gone"})
 	return mm, nil
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

@@ -245,7 +245,7 @@ func (s *scale) restartManager(ctx context.Context, step int) (restart, error) {
 		}
 		select {
 		case <-tick.C:
-		case <-s.mgr.done:
+		case <-s.mgr.proc.Done():
 			return r, fmt.Errorf("the manager exited after its restart; see its log")
 		case <-deadline.C:
 			return r, fmt.Errorf("the manager was not back within %s of its restart: %+v", since(), r)

@@ -28,6 +28,7 @@ import (
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/skewclock"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/test/internal/loopback"
 )
 
 // cluster is the run's processes.
@@ -199,7 +200,7 @@ func (c *cluster) startReplicas(cfg Config) error {
 			return err
 		}
 		r.webhookAddr = net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(port))
-		if r.routeAddr, err = freeAddr(); err != nil {
+		if r.routeAddr, err = loopback.FreeAddr(); err != nil {
 			return err
 		}
 		r.p = &proc{name: fmt.Sprintf("manager %d", i), env: append(os.Environ(), "KUBECONFIG="+kubeconfig), args: append([]string{cfg.Manager,
@@ -294,7 +295,7 @@ func (c *cluster) startReplica(r *replica) error {
 				break
 			}
 			select {
-			case <-r.p.done:
+			case <-r.p.proc.Done():
 				return fmt.Errorf("manager %d exited; see %s", r.id, name)
 			case <-time.After(50 * time.Millisecond):
 			}
@@ -406,7 +407,7 @@ func (c *cluster) shutdown(logf func(string, ...any)) {
 		_ = p.stop(10 * time.Second)
 	}
 	for _, r := range c.replicas {
-		if r.p.done != nil {
+		if r.p.proc != nil {
 			_ = r.p.stop(30 * time.Second)
 		}
 		r.api.close()
@@ -417,7 +418,7 @@ func (c *cluster) shutdown(logf func(string, ...any)) {
 		}
 	}
 	for _, p := range []*proc{c.apiserver, c.etcd} {
-		if p != nil && p.done != nil { // restarted by the harness
+		if p != nil && p.proc != nil { // restarted by the harness
 			if err := p.stop(time.Minute); err != nil {
 				logf("stopping %s: %v", p.name, err)
 			}
@@ -429,19 +430,10 @@ func (c *cluster) shutdown(logf func(string, ...any)) {
 }
 
 func freePort() (int, error) {
-	addr, err := freeAddr()
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		return 0, err
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	return strconv.Atoi(port)
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

@@ -27,7 +27,8 @@ import (
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
-// Gated pods (SPEC section 11) as holders: a RoleGated client creates
+// Gated pods (a pod labelled locks.queen.dev/gate waits for its lock
+// before it runs; docs/gated-pods.md) as holders: a RoleGated client creates
 // Pod objects labelled locks.queen.dev/gate for the run's lock and for its
 // semaphore, and stands in for their containers (no kubelet runs here):
 // when its watch shows a pod let in (the gate lifted, the token set), the

@@ -6,7 +6,7 @@
 // -duration, then checks the recorded history and prints what it found. It
 // exits 1 on any violation.
 //
-//	chaos -duration 1m -manager bin/manager
+//	chaos -duration 1m -manager bin/manager-chaos   # go build -tags chaos -o bin/manager-chaos ./cmd/manager
 //
 // "chaos client ..." is one client; the harness starts those itself.
 package main
@@ -60,7 +60,7 @@ func run() int {
 	auth := flag.String("auth", route.AuthToken, "The route's --auth: token (clients send a ServiceAccount token of audience queen-locks) or none.")
 	managerArgs := flag.String("manager-args", "", "More flags for every replica, space-separated (a deliberate bug's, with a manager built with -tags chaosbug).")
 	seed := flag.Uint64("seed", 0, "Seed of the random choices; 0 picks one (printed, to repeat a run).")
-	managerBin := flag.String("manager", "bin/manager", "The manager binary.")
+	managerBin := flag.String("manager", "bin/manager-chaos", "The manager binary, built with -tags chaos (make chaos does): only that build takes the clock offset the replicas are skewed with.")
 	dir := flag.String("dir", "", "Directory for logs, kubeconfig and history.json (default: a new temporary one, removed when the run passes).")
 	faults := flag.String("faults", strings.Join(Faults, ","), "Faults to inject in turn, comma-separated.")
 	recheck := flag.String("check", "", "Check the history.json of an earlier run again, and run nothing.")

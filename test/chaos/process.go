@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/queen-locks/queen-locks/test/internal/child"
 	"github.com/queen-locks/queen-locks/test/internal/procfs"
 )
 
@@ -27,7 +28,7 @@ type proc struct {
 	stdin  io.Reader
 	stdout io.Writer
 	pid    int
-	done   chan struct{} // closed when a process this harness started has exited
+	proc   *child.Process // nil for a process envtest started, which envtest reaps
 }
 
 // findChild finds this process's child running the binary named name.
@@ -74,31 +75,18 @@ func (p *proc) start() error {
 	if p.stdout != nil {
 		cmd.Stdout = p.stdout
 	}
-	// Its own process group, and killed if the harness dies first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	c, err := child.Start(cmd, nil)
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
-	p.pid = cmd.Process.Pid
-	p.done = make(chan struct{})
-	done := p.done
-	go func() { _ = cmd.Wait(); close(done) }()
+	p.pid, p.proc = c.Pid, c
 	return nil
 }
 
 // exited tells whether a process this harness started has exited (and
-// been reaped: its pid may already belong to another process).
-func (p *proc) exited() bool {
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+// been reaped: its pid may already belong to another process). Of one
+// envtest started, the harness cannot tell: see wait.
+func (p *proc) exited() bool { return p.proc != nil && p.proc.Exited() }
 
 // signal sends sig to the process, unless it has exited.
 func (p *proc) signal(sig syscall.Signal) error {
@@ -138,9 +126,9 @@ func (p *proc) stop(timeout time.Duration) error {
 func (p *proc) wait(timeout time.Duration) error {
 	deadline := time.After(timeout)
 	for {
-		if p.done != nil {
+		if p.proc != nil {
 			select {
-			case <-p.done:
+			case <-p.proc.Done():
 				return nil
 			case <-deadline:
 				return fmt.Errorf("%s (pid %d) did not exit in %s", p.name, p.pid, timeout)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -31,22 +30,13 @@ import (
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/locks"
+	"github.com/queen-locks/queen-locks/test/internal/loopback"
 )
 
 // releaseNamespace is where the chart's rules expect the manager: the
 // namespace the rules file is rendered for. The scrape labels its target
 // so, as the prometheus-operator labels a target with its pod's namespace.
 const releaseNamespace = "queen-locks"
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // await polls cond until it holds, failing the test with what after limit.
 func await(t *testing.T, limit time.Duration, what func() string, cond func() bool) {
@@ -161,7 +151,7 @@ func startPrometheus(t *testing.T, env *controlplane.Env, target, tokenFile stri
 	if err := os.WriteFile(config, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := loopback.FreeAddrT(t)
 	p := &prom{url: "http://" + addr, log: &bytes.Buffer{}}
 	cmd := exec.Command(bin, "--config.file="+config, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
@@ -347,7 +337,7 @@ func exercise(t *testing.T, env *controlplane.Env) (overdueNS string) {
 
 	// 503: a route whose API server does not answer.
 	gone := rest.CopyConfig(env.Config)
-	gone.Host = "https://" + freeAddr(t)
+	gone.Host = "https://" + loopback.FreeAddrT(t)
 	down, stop, err := env.StartRoute(gone, route.AuthNone, devNS)
 	if err != nil {
 		t.Fatal(err)
@@ -431,7 +421,7 @@ func TestPrometheusReadsEveryAlertAndPanel(t *testing.T) {
 		t.Skip("starts a control plane and Prometheus")
 	}
 	tool(t, "prometheus")
-	metricsAddr := freeAddr(t)
+	metricsAddr := loopback.FreeAddrT(t)
 	env, err := controlplane.Start(controlplane.Options{MetricsAddr: metricsAddr, LeaderElectionNamespace: "default"})
 	if err != nil {
 		t.Fatal(err)

@@ -418,9 +418,10 @@ export class Handle {
 
   /**
    * Acquires (waiting up to wait), runs fn(signal) with a signal aborted when
-   * the lock is lost, and releases after, whatever fn did. Resolves false,
-   * without running fn, when the lock could not be had in time; true after fn
-   * resolved; rejects with fn's error after releasing.
+   * the lock is lost, and releases after, whatever fn did. Resolves
+   * { acquired: false }, without running fn, when the lock could not be had
+   * in time; { acquired: true, value } after fn resolved to value; rejects
+   * with fn's error after releasing.
    */
   async run (fn, { wait } = {}) {
     if (typeof fn !== 'function') throw new TypeError(`run: fn must be a function, got ${typeof fn}`)
@@ -433,10 +434,11 @@ export class Handle {
       if (e instanceof UnavailableError) await this.release().catch(() => {})
       throw e
     }
-    if (!acquired) return false
+    if (!acquired) return { acquired: false, value: undefined }
     let failed = true
+    let value
     try {
-      await fn(this.signal)
+      value = await fn(this.signal)
       failed = false
     } finally {
       try {
@@ -446,6 +448,6 @@ export class Handle {
         if (!(e instanceof LockLostError) && !failed) throw e
       }
     }
-    return true
+    return { acquired: true, value }
   }
 }

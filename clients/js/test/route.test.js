@@ -90,15 +90,16 @@ describe('semaphores', { skip: live }, () => {
     const worker = async () => {
       for (let i = 0; i < 3; i++) {
         const h = c.semaphore(name, n, { ttl: '30s' })
-        const ran = await h.run(async () => {
+        const { acquired, value } = await h.run(async () => {
           assert.ok(!slots.has(h.slot), `slot ${h.slot} given twice`)
           slots.add(h.slot)
           most = Math.max(most, ++inside)
           await sleep(50) // hold it a moment, so holders overlap
           inside--
           slots.delete(h.slot)
+          return i
         }, { wait: '60s' })
-        assert.equal(ran, true)
+        assert.deepEqual([acquired, value], [true, i], 'run answers fn\'s value once it ran')
       }
     }
     await Promise.all(Array.from({ length: 8 }, worker))
@@ -230,7 +231,7 @@ describe('run', { skip: live }, () => {
     assert.equal(await holder.acquire(), true)
 
     let ran = false
-    assert.equal(await c.lock(name, { ttl: '30s' }).run(() => { ran = true }, { wait: 300 }), false)
+    assert.deepEqual(await c.lock(name, { ttl: '30s' }).run(() => { ran = true }, { wait: 300 }), { acquired: false, value: undefined })
     assert.equal(ran, false)
 
     const proxy = await Proxy.start(t, URL_)
@@ -252,12 +253,12 @@ describe('run', { skip: live }, () => {
   it('hands the job a signal that is aborted when the lock is lost', { skip: withKubectl }, async () => {
     const name = unique('aborted')
     const h = client().lock(name, { ttl: '60s' })
-    const ran = await h.run(async (signal) => {
+    const { acquired } = await h.run(async (signal) => {
       await deletePermit(name)
       assert.equal(await h.check(), false)
       assert.ok(signal.aborted && signal.reason.reason === LOST_GUARD)
     })
-    assert.equal(ran, true)
+    assert.equal(acquired, true)
   })
 })
 

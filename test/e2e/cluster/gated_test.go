@@ -30,7 +30,7 @@ import (
 	"github.com/queen-locks/queen-locks/test/e2e/oci"
 )
 
-// Gated pods (SPEC section 11) on the node: the chart is installed with
+// Gated pods (docs/gated-pods.md) on the node: the chart is installed with
 // gatedPods.enabled=true (TestInstall).
 const (
 	gatedNS      = "reports" // examples/cronjob-gated's

@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/test/e2e/oci"
+	"github.com/queen-locks/queen-locks/test/internal/loopback"
 )
 
 // leaseName is the manager's leader election Lease.
@@ -162,7 +162,7 @@ func platformTest(a *oci.Archive, img *oci.Image, env *controlplane.Env) func(*t
 			writeOwned(t, filepath.Join(tmp, "certs", f), b, uid, gid)
 		}
 
-		routeAddr, probeAddr := freeAddr(t), freeAddr(t)
+		routeAddr, probeAddr := loopback.FreeAddrT(t), loopback.FreeAddrT(t)
 		logs := &syncBuffer{}
 		mgr := inImage(rootfs, uid, gid, cfg.Config.Env, interp, cfg.Config.Entrypoint[0],
 			"--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(wo.LocalServingPort), "--webhook-cert-dir", "/tmp/certs",
@@ -556,17 +556,6 @@ func procUID(t *testing.T, pid int) uint32 {
 	}
 	t.Fatalf("no Uid line in /proc/%d/status", pid)
 	return 0
-}
-
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // syncBuffer collects a process's output, read while it is written.

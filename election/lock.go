@@ -121,9 +121,14 @@ func WithEventRecorder(r resourcelock.EventRecorder) Option {
 // (POD_NAMESPACE, POD_NAME, POD_UID). The queen-locks controller then frees
 // the permit as soon as that pod is gone or finished, so the next leader
 // need not wait out the lease. The webhook admits it only from that very
-// pod, proven by its pod-bound ServiceAccount token (SPEC section 3).
+// pod, proven by its pod-bound ServiceAccount token (SPEC section 3). An
+// empty name or UID (not in a pod) names none.
 func WithHolderPod(namespace, name, uid string) Option {
 	return func(l *Lock) {
+		if name == "" || uid == "" {
+			l.pod = nil
+			return
+		}
 		l.pod = &locksv1alpha1.PodRef{Namespace: namespace, Name: name, UID: uid}
 	}
 }

@@ -272,6 +272,9 @@ func record(t *testing.T, ns string) *history {
 				switch o := ev.Object.(type) {
 				case *corev1.ConfigMap:
 					e = event{kind: "ConfigMap", who: o.Data["writer"]}
+					if by, ok := o.Annotations[writtenBy]; ok {
+						e.who = by // examples/fenced-controller's
+					}
 				case *locksv1alpha1.QueenLock:
 					e = event{kind: "QueenLock", who: o.Spec.Owner}
 				default:

@@ -102,6 +102,9 @@ func await(t *testing.T, what string, ch <-chan struct{}) {
 	}
 }
 
+// awaitTimeout is how long a test waits for something that must happen.
+func awaitTimeout() <-chan time.Time { return time.After(time.Minute) }
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {

@@ -493,5 +493,5 @@ func (l *Lock) loseLocked(why error) error {
 func (l *Lock) lose(why error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.loseLocked(why)
+	_ = l.loseLocked(why) // the loss is recorded; its error is for Get and Update
 }

@@ -60,13 +60,16 @@ func startProc(t *testing.T, bin, kubeconfig, ns, id string) *proc {
 	go func() { p.done <- p.cmd.Wait() }()
 	t.Cleanup(func() {
 		select {
-		case <-p.done:
+		case err := <-p.done:
+			p.done <- err
 			return
 		default:
 		}
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		if err := <-p.done; err != nil {
+			t.Logf("%s, stopped at the end: %v", p.cmd.Args[4], err)
+		}
 	})
 	return p
 }

@@ -230,7 +230,9 @@ func startReplica(t *testing.T, ns, id string, wrap func(resourcelock.Interface)
 	t.Cleanup(func() {
 		writes.resume()
 		cancel()
-		<-r.err
+		if err := <-r.err; err != nil {
+			t.Logf("%s's manager, stopped at the end: %v", id, err)
+		}
 	})
 	return r
 }

@@ -31,21 +31,25 @@ func (l *Lock) Client(c client.Client) client.Client {
 }
 
 // Current is the fence of the Lock's holding now; ok is false while it
-// holds nothing (not yet elected, released, lost).
+// holds nothing (not yet elected, released, lost) and once its lease is
+// over on this machine's clock without a renew getting through: a leader
+// paused or cut off past its lease does not even send its writes.
 func (l *Lock) Current() (guard.Fence, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f := guard.Fence{Namespace: l.ns, Lock: l.name, Slot: Slot, Token: l.token}
-	return f, l.holding != nil && l.lost == nil
+	return f, l.liveLocked()
 }
 
 // Refresh reads the permit after a write under refused was refused: the
 // holding is still ours when the owner and acquireTime are this Lock's and
 // it has not expired by the Lock's clock; the token is then the permit's
-// (a renew of ours may have moved it).
+// (a renew of ours may have moved it). When the permit cannot be read (the
+// Lock's own connection is cut, say), a holding whose lease is over on
+// this machine's clock is gone all the same.
 func (l *Lock) Refresh(ctx context.Context, refused guard.Fence) (guard.Fence, bool, error) {
 	l.mu.Lock()
-	holding, lost := l.holding, l.lost
+	holding, lost, live := l.holding, l.lost, l.liveLocked()
 	l.mu.Unlock()
 	if holding == nil || lost != nil {
 		return guard.Fence{}, false, nil
@@ -54,6 +58,8 @@ func (l *Lock) Refresh(ctx context.Context, refused guard.Fence) (guard.Fence, b
 	err := l.c.Get(ctx, client.ObjectKey{Namespace: l.ns, Name: l.permitName}, p)
 	switch {
 	case apierrors.IsNotFound(err):
+		return guard.Fence{}, false, nil
+	case err != nil && !live:
 		return guard.Fence{}, false, nil
 	case err != nil:
 		return guard.Fence{}, false, err

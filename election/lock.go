@@ -31,7 +31,8 @@
 // webhook refuses it once the token is not the permit's. From its first
 // refusal on, the client refuses every write locally and the Lock reports
 // the leadership lost, so client-go's OnStoppedLeading follows within its
-// RenewDeadline.
+// RenewDeadline. A leader whose lease is over on its own clock without a
+// renew getting through does not send guarded writes at all.
 package election
 
 import (
@@ -93,6 +94,11 @@ type Lock struct {
 	// nothing; token is the holding's current token.
 	holding *metav1.MicroTime
 	token   uint64
+	// validUntil ends the holding on this machine's clock: the lease
+	// counted from when the last successful acquire or renew was sent, so
+	// it ends before the server's does. Past it the token is not used,
+	// and a guarded write is refused unsent.
+	validUntil time.Time
 	lost    error // set once, for good
 	// pending: a create or takeover whose answer never came may have
 	// landed; a permit of this identity read next is that holding.
@@ -290,12 +296,13 @@ func (l *Lock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord
 			PreferredHolder: ler.PreferredHolder, Strategy: string(ler.Strategy),
 		},
 	}
+	sent := l.clock.Now()
 	err := l.c.Create(ctx, p)
-	return l.acquired(p, err)
+	return l.acquired(p, sent, err)
 }
 
 // acquired records the answer to a create or takeover of p.
-func (l *Lock) acquired(p *locksv1alpha1.QueenLock, err error) error {
+func (l *Lock) acquired(p *locksv1alpha1.QueenLock, sent time.Time, err error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -311,6 +318,7 @@ func (l *Lock) acquired(p *locksv1alpha1.QueenLock, err error) error {
 		return l.lost
 	}
 	l.cur, l.holding, l.token, l.pending = p, p.Spec.AcquireTime.DeepCopy(), tok, false
+	l.validUntil = sent.Add(time.Duration(p.Spec.TTLSeconds) * time.Second)
 	l.transitions, l.seen = p.Spec.LeaderTransitions, true
 	return nil
 }
@@ -357,8 +365,9 @@ func (l *Lock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord
 	p.Spec.TTLSeconds = int64(ler.LeaseDurationSeconds)
 	if holding != nil {
 		// A renew: owner, acquireTime and the election fields as they are.
+		sent := l.clock.Now()
 		err := l.c.Update(ctx, p)
-		return l.renewed(p, err)
+		return l.renewed(p, sent, err)
 	}
 	p.Spec.Owner = l.identity
 	p.Spec.AcquireTime = nil
@@ -368,12 +377,13 @@ func (l *Lock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord
 	if int32(ler.LeaderTransitions) > cur.Spec.LeaderTransitions {
 		p.Spec.LeaderTransitions = cur.Spec.LeaderTransitions + 1
 	}
+	sent := l.clock.Now()
 	err := l.c.Update(ctx, p)
-	return l.acquired(p, err)
+	return l.acquired(p, sent, err)
 }
 
 // renewed records the answer to a renew of the Lock's holding.
-func (l *Lock) renewed(p *locksv1alpha1.QueenLock, err error) error {
+func (l *Lock) renewed(p *locksv1alpha1.QueenLock, sent time.Time, err error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost != nil {
@@ -387,6 +397,7 @@ func (l *Lock) renewed(p *locksv1alpha1.QueenLock, err error) error {
 		}
 		if l.holding != nil && p.Spec.AcquireTime.Equal(l.holding) {
 			l.cur, l.token = p, tok
+			l.validUntil = sent.Add(time.Duration(p.Spec.TTLSeconds) * time.Second)
 		}
 		return nil
 	case r == permit.ReasonLost || r == permit.ReasonHeld || apierrors.IsNotFound(err):
@@ -461,14 +472,22 @@ func (l *Lock) Identity() string { return l.identity }
 func (l *Lock) Describe() string { return l.ns + "/" + l.permitName }
 
 // Token is the permit's current token while this Lock holds it (it changes
-// at every renew), and 0 when it does not.
+// at every renew), and 0 when it does not: not elected, released, lost, or
+// its lease over on this machine's clock (counted from when its last
+// successful renew was sent) without a renew getting through.
 func (l *Lock) Token() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.holding == nil || l.lost != nil {
+	if !l.liveLocked() {
 		return 0
 	}
 	return l.token
+}
+
+// liveLocked tells whether the Lock holds the permit and its lease is
+// not over on this machine's clock; l.mu is held.
+func (l *Lock) liveLocked() bool {
+	return l.holding != nil && l.lost == nil && l.clock.Now().Before(l.validUntil)
 }
 
 // Lost is the reason the leadership was lost, nil while it was not.

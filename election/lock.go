@@ -99,7 +99,7 @@ type Lock struct {
 	// it ends before the server's does. Past it the token is not used,
 	// and a guarded write is refused unsent.
 	validUntil time.Time
-	lost    error // set once, for good
+	lost       error // set once, for good
 	// pending: a create or takeover whose answer never came may have
 	// landed; a permit of this identity read next is that holding.
 	pending bool

@@ -164,6 +164,9 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 		if !Expired(old, now.Add(-grace)) {
 			return false, heldBy(old)
 		}
+		if err := checkTransitions(old, obj); err != nil {
+			return false, err
+		}
 		stamp(obj, now, true)
 		obj.Spec.FirstToken = 0
 		return true, nil
@@ -287,9 +290,44 @@ func checkRenew(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
 		return invalid(field.ErrorList{field.Invalid(specPath.Child("holderPod"), obj.Spec.HolderPod,
 			"cannot change on a renew; a takeover replaces it")})
 	}
+	if err := checkElection(old, obj); err != nil {
+		return err
+	}
 	if Expired(old, now) {
 		return refuse(ReasonLost, specPath.Child("expireTime"),
 			fmt.Sprintf("permit %s of lock %q expired at %s; acquire it again", old.Name, old.Spec.Lock, formatTime(old.Spec.ExpireTime)))
+	}
+	return nil
+}
+
+// checkElection keeps the leader election fields of a holding (package
+// election) as they are on a renew: the count of transitions changes only
+// when the permit changes hands, and the preferred holder and strategy are
+// the holding's, set when it began.
+func checkElection(old, obj *locksv1alpha1.QueenLock) error {
+	var errs field.ErrorList
+	if obj.Spec.LeaderTransitions != old.Spec.LeaderTransitions {
+		errs = append(errs, field.Invalid(specPath.Child("leaderTransitions"), obj.Spec.LeaderTransitions,
+			fmt.Sprintf("cannot change on a renew (it is %d)", old.Spec.LeaderTransitions)))
+	}
+	if obj.Spec.PreferredHolder != old.Spec.PreferredHolder {
+		errs = append(errs, field.Invalid(specPath.Child("preferredHolder"), obj.Spec.PreferredHolder,
+			"cannot change on a renew; a takeover sets it"))
+	}
+	if obj.Spec.Strategy != old.Spec.Strategy {
+		errs = append(errs, field.Invalid(specPath.Child("strategy"), obj.Spec.Strategy,
+			"cannot change on a renew; a takeover sets it"))
+	}
+	return invalid(errs)
+}
+
+// checkTransitions admits on a takeover a count of leader transitions
+// that stays as it was or grows by one: the count is a history, which no
+// holder may rewrite.
+func checkTransitions(old, obj *locksv1alpha1.QueenLock) error {
+	if d := int64(obj.Spec.LeaderTransitions) - int64(old.Spec.LeaderTransitions); d != 0 && d != 1 {
+		return invalid(field.ErrorList{field.Invalid(specPath.Child("leaderTransitions"), obj.Spec.LeaderTransitions,
+			fmt.Sprintf("a takeover keeps it (%d) or adds one", old.Spec.LeaderTransitions))})
 	}
 	return nil
 }

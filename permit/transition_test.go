@@ -76,6 +76,18 @@ func TestStampTransitions(t *testing.T) {
 		{"lock changed", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.Lock = "other" }, "invalid"},
 		{"slot changed", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.Slot = 1; p.Spec.Limit = 2 }, "invalid"},
 		{"ttl zero", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.TTLSeconds = 0 }, "invalid"},
+		// Leader election (package election): the count changes only when
+		// the permit changes hands, by one at most; the preferred holder and
+		// strategy are the holding's.
+		{"renew that counts a transition", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.LeaderTransitions = 1 }, "invalid"},
+		{"renew that names a preferred holder", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.PreferredHolder = "b" }, "invalid"},
+		{"renew that sets a strategy", 10 * time.Second, func(p *locksv1alpha1.QueenLock) { p.Spec.Strategy = "OldestEmulationVersion" }, "invalid"},
+		{"takeover that counts a transition", 30 * time.Second, func(p *locksv1alpha1.QueenLock) {
+			p.Spec.AcquireTime, p.Spec.Owner, p.Spec.LeaderTransitions, p.Spec.PreferredHolder = nil, "b", 1, "c"
+		}, ""},
+		{"takeover that counts two transitions", 30 * time.Second, func(p *locksv1alpha1.QueenLock) {
+			p.Spec.AcquireTime, p.Spec.Owner, p.Spec.LeaderTransitions = nil, "b", 2
+		}, "invalid"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

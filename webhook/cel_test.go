@@ -118,6 +118,11 @@ func TestCRDRulesRecheckEveryWrite(t *testing.T) {
 	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.FirstToken = 8 }), tokenKept)
 	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.FirstToken = 0 }), tokenKept)
 	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.Owner = "thief"; p.Spec.FirstToken = 8 }), notTransition)
+	// The leader election fields (package election) are the holding's.
+	const electionKept = "leaderTransitions, preferredHolder and strategy cannot change on a renew"
+	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.LeaderTransitions = 1 }), electionKept)
+	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.PreferredHolder = "b" }), electionKept)
+	refused(renewWith(func(p *locksv1alpha1.QueenLock) { p.Spec.Strategy = "OldestEmulationVersion" }), electionKept)
 
 	// An update that leaves the spec as it is passes (the webhook decides
 	// which of those to admit).
@@ -135,6 +140,9 @@ func TestCRDRulesRecheckEveryWrite(t *testing.T) {
 	p.Spec.AcquireTime, p.Spec.RenewTime, p.Spec.ExpireTime, p.Spec.Owner = at(45*time.Second), at(45*time.Second), at(75*time.Second), "b"
 	p.Spec.HolderPod = &locksv1alpha1.PodRef{Namespace: "default", Name: "job-2", UID: "uid-2"}
 	p.Spec.FirstToken = 0
+	p.Spec.LeaderTransitions = 2 // a count is a history: it grows by one at most
+	refused(c.Update(ctx, p), "leaderTransitions may only stay or grow by one on a takeover")
+	p.Spec.LeaderTransitions = 1
 	if err := c.Update(ctx, p); err != nil {
 		t.Fatalf("takeover: %v", err)
 	}

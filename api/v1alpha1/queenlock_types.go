@@ -21,7 +21,9 @@ import (
 // checks of a write's times are one rule and the checks of a transition
 // another, each with a messageExpression that says which check failed, and
 // the spec of an update is compared whole with the old one only when the
-// transition checks have failed. The three times are stamped together, so
+// transition checks have failed. (Optional strings are compared after
+// has(): compared as optionals they are costed as unbounded, and the CRD
+// is refused.) The three times are stamped together, so
 // a stored permit with a renewTime has all three; the transition rule
 // guards on that one, and a write without them fails the times rule (the
 // transition rule, reading them unguarded, then fails too, with a "no such
@@ -30,11 +32,12 @@ import (
 // An update that leaves the spec as it is passes the transition rule: the
 // webhook admits such writes only on a permit that is being deleted (the
 // garbage collector removing its finalizer), and refuses them otherwise. A
-// renew keeps the holder's pod, and the holding's first token once the
-// webhook recorded it.
+// renew keeps the holder's pod, the holding's first token once the
+// webhook recorded it, and the leader election fields; a takeover keeps
+// leaderTransitions or adds one to it.
 // +kubebuilder:validation:XValidation:rule="self.slot < self.limit",message="slot must be below limit"
 // +kubebuilder:validation:XValidation:rule="has(self.acquireTime) && has(self.renewTime) && has(self.expireTime) && (self.expireTime - self.renewTime).getMilliseconds() == self.ttlSeconds * 1000",messageExpression="has(self.acquireTime) && has(self.renewTime) && has(self.expireTime) ? 'expireTime must be renewTime plus ttlSeconds' : 'acquireTime, renewTime and expireTime are stamped by the admission webhook: is it running?'"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (self.acquireTime == oldSelf.acquireTime ? self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime && (has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) && (!has(oldSelf.firstToken) || self.?firstToken == oldSelf.?firstToken) : self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime) || self == oldSelf",message="not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime",messageExpression="self.acquireTime == oldSelf.acquireTime && self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime ? ((has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) ? 'firstToken is stamped by the admission webhook and cannot change within a holding' : 'holderPod cannot change on a renew; a takeover replaces it') : 'not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime'"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (self.acquireTime == oldSelf.acquireTime ? self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime && (has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) && (!has(oldSelf.firstToken) || self.?firstToken == oldSelf.?firstToken) && self.?leaderTransitions == oldSelf.?leaderTransitions && (has(self.preferredHolder) ? has(oldSelf.preferredHolder) && self.preferredHolder == oldSelf.preferredHolder : !has(oldSelf.preferredHolder)) && (has(self.strategy) ? has(oldSelf.strategy) && self.strategy == oldSelf.strategy : !has(oldSelf.strategy)) : self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime && self.?leaderTransitions.orValue(0) - oldSelf.?leaderTransitions.orValue(0) in [0, 1]) || self == oldSelf",message="not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime",messageExpression="self.acquireTime == oldSelf.acquireTime && self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime ? (!(has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) ? 'holderPod cannot change on a renew; a takeover replaces it' : has(oldSelf.firstToken) && self.?firstToken != oldSelf.?firstToken ? 'firstToken is stamped by the admission webhook and cannot change within a holding' : 'leaderTransitions, preferredHolder and strategy cannot change on a renew') : self.acquireTime != oldSelf.acquireTime && self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime ? 'leaderTransitions may only stay or grow by one on a takeover' : 'not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime'"
 type QueenLockSpec struct {
 	// lock is the name of the lock or semaphore this permit belongs to:
 	// 1 to 256 bytes of UTF-8, no control character and no '#'.
@@ -109,6 +112,34 @@ type QueenLockSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	FirstToken int64 `json:"firstToken,omitempty"`
+
+	// leaderTransitions counts how many times the permit changed hands,
+	// for leader election over a permit (package election): client-go's
+	// LeaderElectionRecord.LeaderTransitions. A renew keeps it; a takeover
+	// keeps it or adds one. A create may set it, since a new permit has no
+	// earlier count to compare with: the candidate carries on from the count
+	// it last saw on the permit before that was released or expired.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483646
+	LeaderTransitions int32 `json:"leaderTransitions,omitempty"`
+
+	// preferredHolder is the identity that coordinated leader election asks
+	// to lead next (client-go's LeaderElectionRecord.PreferredHolder). It is
+	// part of a holding: set by the create or takeover that starts it and
+	// unchanged by its renews.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	PreferredHolder string `json:"preferredHolder,omitempty"`
+
+	// strategy is the coordinated leader election strategy of the holding
+	// (client-go's LeaderElectionRecord.Strategy). Like preferredHolder it
+	// is set by the create or takeover that starts a holding and unchanged
+	// by its renews.
+	// +optional
+	// +kubebuilder:validation:Enum=OldestEmulationVersion
+	// +kubebuilder:validation:MaxLength=64
+	Strategy string `json:"strategy,omitempty"`
 }
 
 // PodRef names one pod, by namespace, name and UID: a pod deleted and

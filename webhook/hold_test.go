@@ -35,12 +35,12 @@ type hold struct {
 
 type holds struct {
 	mu    sync.Mutex
-	armed map[string]*hold
+	armed map[string][]*hold
 }
 
 var (
 	holdOnce  sync.Once
-	theHolds  = &holds{armed: map[string]*hold{}}
+	theHolds  = &holds{armed: map[string][]*hold{}}
 	holdSetup error
 )
 
@@ -49,20 +49,23 @@ func holdKey(resource, ns, name, op string) string {
 }
 
 // arm holds the next request of op (CREATE, UPDATE, DELETE) on the object
-// of resource named ns/name.
+// of resource named ns/name; armed again, the one after, and so on.
 func (h *holds) arm(resource, ns, name, op string) *hold {
 	x := &hold{entered: make(chan struct{}), release: make(chan struct{})}
+	key := holdKey(resource, ns, name, op)
 	h.mu.Lock()
-	h.armed[holdKey(resource, ns, name, op)] = x
+	h.armed[key] = append(h.armed[key], x)
 	h.mu.Unlock()
 	return x
 }
 
 func (h *holds) handle(ctx context.Context, req admission.Request) admission.Response {
 	key := holdKey(req.Resource.Resource, req.Namespace, req.Name, string(req.Operation))
+	var x *hold
 	h.mu.Lock()
-	x := h.armed[key]
-	delete(h.armed, key)
+	if q := h.armed[key]; len(q) > 0 {
+		x, h.armed[key] = q[0], q[1:]
+	}
 	h.mu.Unlock()
 	if x != nil {
 		close(x.entered)

@@ -248,3 +248,133 @@ func TestTheObjectsBoundToASlotAreCapped(t *testing.T) {
 		t.Fatalf("the refused binding was stored: %v", err)
 	}
 }
+
+// TestAnAcquireOutsideTheManagerRaisesBeforeItIsAdmitted: an acquire that
+// reaches kube-apiserver without the manager (the handles' and the CLI's
+// direct transport, a raw create of a permit) is raised by the permit
+// webhook before it is admitted, so before its writer learns it won: a
+// replaced holder's held write is refused all the same.
+func TestAnAcquireOutsideTheManagerRaisesBeforeItIsAdmitted(t *testing.T) {
+	ns := holdingNamespace(t)
+	grant(t, ns, "dev", "", []string{"configmaps"}, []string{"*"})
+	grant(t, ns, "dev", "locks.queen.dev", []string{"queenlocks"}, []string{"*"})
+	dev := asUser(t, "dev")
+	direct := locks.New(dev, nil, locks.WithGrace(env.Grace)) // as handle's Kubernetes transport
+	cases := []struct {
+		name string
+		ttl  int64
+		path string
+		next func(t *testing.T, lock string, a locks.Acquired) uint64
+	}{
+		{"direct transport after a release", 600, "merge patch", func(t *testing.T, lock string, a locks.Acquired) uint64 {
+			if ok, err := direct.Release(context.Background(), ns, lock, 0, a.Token, "a"); err != nil || !ok {
+				t.Fatalf("release: %v %v", ok, err)
+			}
+			return acquired(t)(direct.Acquire(context.Background(), ns, lock, "b", 600, 1)).Token
+		}},
+		{"direct transport takeover after an expiry", 3, "server-side apply", func(t *testing.T, lock string, _ locks.Acquired) uint64 {
+			var b locks.Acquired
+			err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				var err error
+				b, err = direct.Acquire(ctx, ns, lock, "b", 600, 1)
+				return b.Acquired, err
+			})
+			if err != nil {
+				t.Fatalf("the takeover never won: %v", err)
+			}
+			return b.Token
+		}},
+		{"raw create after a manual delete", 600, "delete", func(t *testing.T, lock string, _ locks.Acquired) uint64 {
+			ctx := context.Background()
+			if err := dev.Delete(ctx, &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name(lock, 0)}}); err != nil {
+				t.Fatal(err)
+			}
+			p := newPermit(ns, lock, 0, 1, "b", 600)
+			if err := dev.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			return token(t, p)
+		}},
+	}
+	for i, c := range cases {
+		lock, name := fmt.Sprintf("direct-%d", i), fmt.Sprintf("direct-report-%d", i)
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			a := acquired(t)(direct.Acquire(ctx, ns, lock, "a", c.ttl, 1))
+			guardA := guardOf(lock, 0, a.Token)
+			if err := dev.Create(ctx, guarded(ns, name, guardA, "by A")); err != nil {
+				t.Fatal(err)
+			}
+			w := heldWrites[c.path]
+			if c.path == "delete" {
+				if err := markDeletable(ctx, dev, ns, name, guardA); err != nil {
+					t.Fatal(err)
+				}
+			}
+			x := theHolds.arm("configmaps", ns, name, w.op)
+			errs := make(chan error, 1)
+			go func() { errs <- w.write(ctx, dev, ns, name, guardA) }()
+			awaitHeld(t, x, errs)
+			b := c.next(t, lock, a)
+			close(x.release)
+			refusedWith(t, <-errs)
+			cm := stored(t, ns, name)
+			if cm.Data["report"] != "by A" {
+				t.Fatalf("stored %v, want A's content", cm.Data)
+			}
+			if err := writePaths["update"](ctx, dev, ns, name, guardOf(lock, 0, b), "by B"); err != nil {
+				t.Fatalf("the next holder's write was refused: %v", err)
+			}
+		})
+	}
+}
+
+// TestTwoCreatesOfAFreeSlotLeaveTheWinnerItsObjects holds two raw creates
+// of one free slot after the permit webhook raised the fence for each,
+// the loser's raise coming after the winner's: the winner's token is still
+// above both floors, and its writes land.
+func TestTwoCreatesOfAFreeSlotLeaveTheWinnerItsObjects(t *testing.T) {
+	ctx := context.Background()
+	ns := holdingNamespace(t)
+	grant(t, ns, "dev", "", []string{"configmaps"}, []string{"*"})
+	grant(t, ns, "dev", "locks.queen.dev", []string{"queenlocks"}, []string{"*"})
+	dev := asUser(t, "dev")
+	direct := locks.New(dev, nil, locks.WithGrace(env.Grace))
+	z := acquired(t)(direct.Acquire(ctx, ns, "job", "z", 600, 1))
+	if err := dev.Create(ctx, guarded(ns, "report", guardOf("job", 0, z.Token), "by Z")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := direct.Release(ctx, ns, "job", 0, z.Token, "z"); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	first := theHolds.arm("queenlocks", ns, permit.Name("job", 0), "CREATE")
+	second := theHolds.arm("queenlocks", ns, permit.Name("job", 0), "CREATE")
+	winner, loser := newPermit(ns, "job", 0, 1, "a", 600), newPermit(ns, "job", 0, 1, "b", 600)
+	errsW, errsL := make(chan error, 1), make(chan error, 1)
+	go func() { errsW <- dev.Create(ctx, winner) }()
+	awaitHeld(t, first, errsW)
+	go func() { errsL <- dev.Create(ctx, loser) }()
+	awaitHeld(t, second, errsL)
+	rec, _, err := permit.ParseFence(stored(t, ns, "report").Annotations[permit.FenceAnnotation])
+	if err != nil || rec.Token <= z.Token {
+		t.Fatalf("record %+v (%v): both creates were admitted, and neither raised the fence above Z's token", rec, err)
+	}
+	close(first.release)
+	if err := <-errsW; err != nil {
+		t.Fatalf("the first create: %v", err)
+	}
+	close(second.release)
+	if err := <-errsL; !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("the second create: %v, want AlreadyExists", err)
+	}
+	if tok := token(t, winner); tok <= rec.Token {
+		t.Fatalf("the winner's token %d is not above the floor %d", tok, rec.Token)
+	}
+	if err := writePaths["update"](ctx, dev, ns, "report", guardOf("job", 0, token(t, winner)), "by the winner"); err != nil {
+		t.Fatalf("the winner's write was refused: %v", err)
+	}
+	if err := writePaths["update"](ctx, dev, ns, "report", guardOf("job", 0, z.Token), "by Z"); err == nil {
+		t.Fatal("the released holder's write landed")
+	}
+}

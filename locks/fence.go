@@ -52,14 +52,17 @@ func (f *Fence) Bound(ctx context.Context, ns, lock string, slot int) ([]BoundOb
 	var out []BoundObject
 	for _, gvr := range f.resources() {
 		l, err := f.Meta.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if apierrors.IsNotFound(err) {
+			continue // a kind this API server does not serve (a CRD not installed) holds no objects
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing the %s bound to lock %q slot %d: %w", gvr.Resource, lock, slot, err)
 		}
 		for i := range l.Items {
 			m := &l.Items[i].ObjectMeta
 			rec, bound, err := permit.ParseFence(m.Annotations[permit.FenceAnnotation])
-			if err != nil || !bound || rec.Lock != lock || rec.Slot != slot {
-				continue // a hash collision, or a label left over by hand
+			if err != nil || !bound || rec.Lock != lock || rec.Slot != slot || m.Labels[permit.GuardedLabel] != "true" {
+				continue // a hash collision, or a label left over by hand: the guard would not see a raise
 			}
 			out = append(out, BoundObject{Resource: gvr, Name: m.Name, ResourceVersion: m.ResourceVersion, Record: rec.Token})
 		}

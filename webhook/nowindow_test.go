@@ -32,6 +32,7 @@ func fencedLocks(t *testing.T) *locks.Client {
 
 // acquired fails t unless the acquire it is given won.
 func acquired(t *testing.T) func(locks.Acquired, error) locks.Acquired {
+	t.Helper()
 	return func(a locks.Acquired, err error) locks.Acquired {
 		t.Helper()
 		if err != nil || !a.Acquired {
@@ -82,12 +83,14 @@ func TestAHeldWriteOfAReplacedHolderIsNeverStored(t *testing.T) {
 	dev := asUser(t, "dev")
 	nexts := map[string]func(t *testing.T, lock string, a locks.Acquired) locks.Acquired{
 		"after a release": func(t *testing.T, lock string, a locks.Acquired) locks.Acquired {
+			t.Helper()
 			if ok, err := lc.Release(context.Background(), ns, lock, 0, a.Token, "a"); err != nil || !ok {
 				t.Fatalf("release: %v %v", ok, err)
 			}
 			return acquired(t)(lc.Acquire(context.Background(), ns, lock, "b", 600, 1))
 		},
 		"after a manual delete": func(t *testing.T, lock string, a locks.Acquired) locks.Acquired {
+			t.Helper()
 			p := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name(lock, 0)}}
 			if err := env.Client.Delete(context.Background(), p); err != nil {
 				t.Fatal(err)
@@ -95,6 +98,7 @@ func TestAHeldWriteOfAReplacedHolderIsNeverStored(t *testing.T) {
 			return acquired(t)(lc.Acquire(context.Background(), ns, lock, "b", 600, 1))
 		},
 		"after an expiry": func(t *testing.T, lock string, _ locks.Acquired) locks.Acquired {
+			t.Helper()
 			var b locks.Acquired
 			err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 				var err error
@@ -267,12 +271,14 @@ func TestAnAcquireOutsideTheManagerRaisesBeforeItIsAdmitted(t *testing.T) {
 		next func(t *testing.T, lock string, a locks.Acquired) uint64
 	}{
 		{"direct transport after a release", 600, "merge patch", func(t *testing.T, lock string, a locks.Acquired) uint64 {
+			t.Helper()
 			if ok, err := direct.Release(context.Background(), ns, lock, 0, a.Token, "a"); err != nil || !ok {
 				t.Fatalf("release: %v %v", ok, err)
 			}
 			return acquired(t)(direct.Acquire(context.Background(), ns, lock, "b", 600, 1)).Token
 		}},
 		{"direct transport takeover after an expiry", 3, "server-side apply", func(t *testing.T, lock string, _ locks.Acquired) uint64 {
+			t.Helper()
 			var b locks.Acquired
 			err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 				var err error
@@ -285,6 +291,7 @@ func TestAnAcquireOutsideTheManagerRaisesBeforeItIsAdmitted(t *testing.T) {
 			return b.Token
 		}},
 		{"raw create after a manual delete", 600, "delete", func(t *testing.T, lock string, _ locks.Acquired) uint64 {
+			t.Helper()
 			ctx := context.Background()
 			if err := dev.Delete(ctx, &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name(lock, 0)}}); err != nil {
 				t.Fatal(err)

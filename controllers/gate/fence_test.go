@@ -19,7 +19,7 @@ func TestAGatedPodIsLetInAfterItsSlotsFenceIsRaised(t *testing.T) {
 	ctx := context.Background()
 	ns := entitledNamespace(t)
 	gated(t, ns, "first", "nightly")
-	second := gated(t, ns, "second", "nightly")
+	gated(t, ns, "second", "nightly")
 	first := admitted(t, ns, "first")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "report",
 		Labels:      map[string]string{permit.GuardedLabel: "true"},
@@ -28,7 +28,7 @@ func TestAGatedPodIsLetInAfterItsSlotsFenceIsRaised(t *testing.T) {
 		t.Fatal(err)
 	}
 	finish(t, first)
-	second = admitted(t, ns, "second")
+	second := admitted(t, ns, "second")
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "report"}, cm); err != nil {
 		t.Fatal(err)
 	}

@@ -60,10 +60,17 @@ func (l *Client) Acquire(ctx context.Context, ns, lock, owner string, ttlSeconds
 	for _, o := range opts {
 		o(&a.acquireConfig)
 	}
+	var got Acquired
+	var err error
 	if a.wait > 0 && a.waker != nil {
-		return l.acquireWaiting(ctx, a)
+		got, err = l.acquireWaiting(ctx, a)
+	} else {
+		got, err = l.acquireOnce(ctx, a)
 	}
-	return l.acquireOnce(ctx, a)
+	if err != nil {
+		return got, err
+	}
+	return l.raise(ctx, ns, lock, got)
 }
 
 func (l *Client) acquireOnce(ctx context.Context, a *acquire) (Acquired, error) {
@@ -100,7 +107,7 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 			}
 			if p.Spec.Owner == a.owner {
 				l.remember(p)
-				return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
+				return Acquired{Acquired: true, Already: true, Permit: h.permit(), Floor: firstToken(p, h)}, nil
 			}
 			return Acquired{Reason: ReasonHeld, Holders: []Holder{h}}, nil
 		}
@@ -131,7 +138,17 @@ func (l *Client) won(got *locksv1alpha1.QueenLock, reason string, err error) (Ac
 		return Acquired{}, err
 	}
 	l.remember(got)
-	return Acquired{Acquired: true, Permit: h.permit()}, nil
+	return Acquired{Acquired: true, Permit: h.permit(), Floor: h.Token}, nil
+}
+
+// firstToken is the token that began p's holding, whose holder is h: the
+// floor its acquire raises the fence to. A holding's later tokens (its
+// renews) are above it, every earlier holding's below.
+func firstToken(p *locksv1alpha1.QueenLock, h Holder) uint64 {
+	if p.Spec.FirstToken > 0 {
+		return uint64(p.Spec.FirstToken)
+	}
+	return h.Token
 }
 
 func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, error) {
@@ -163,7 +180,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 				return Acquired{}, err
 			}
 			l.remember(mine)
-			return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
+			return Acquired{Acquired: true, Already: true, Permit: h.permit(), Floor: firstToken(mine, h)}, nil
 		}
 		var holders []Holder
 		var free, takeable []int
@@ -265,7 +282,7 @@ func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.Quee
 		return Acquired{}, err
 	}
 	l.remember(keep)
-	return Acquired{Acquired: true, Already: true, Permit: h.permit()}, nil
+	return Acquired{Acquired: true, Already: true, Permit: h.permit(), Floor: firstToken(keep, h)}, nil
 }
 
 // live is the owner's permits that have not expired at now.

@@ -65,6 +65,9 @@ type Acquired struct {
 	Permit
 	Reason  string
 	Holders []Holder
+	// Floor is the first token of the holding answered: what the fence of
+	// the slot's objects is raised to (see Fence).
+	Floor uint64
 }
 
 // Renewed is the answer to a renew.
@@ -84,6 +87,7 @@ type Client struct {
 	answered *memo
 	deletes  dynamic.Interface // nil: deletes go through c
 	stamps   bool              // AsManager: creates, renews and takeovers stamped here
+	fence    *Fence            // WithFence: raised before an acquire answers
 }
 
 // Option adjusts a Client.

@@ -31,7 +31,29 @@ const (
 	// record removed). The same right lets that user delete a guarded
 	// object.
 	OverrideAnnotation = "locks.queen.dev/override"
+	// SlotLabel names, on every bound object, the lock and slot it is
+	// bound to, as SlotLabelValue: the guard webhook sets it at every
+	// guarded write, so that an acquire finds the objects to raise with a
+	// label selector instead of reading every guarded object.
+	SlotLabel = "locks.queen.dev/fence-slot"
+	// RaiseAnnotation, sent by the queen-locks manager alone as
+	// "<lock>#<slot>=<token>", raises the record of an object bound to that
+	// lock and slot to at least that token. The guard webhook turns it into
+	// the record and removes it; from anyone else it is refused.
+	RaiseAnnotation = "locks.queen.dev/raise"
+	// MaxBoundPerSlot is how many objects may be bound to one slot of a
+	// lock: every acquire of the slot writes each of them before it
+	// answers, so they must fit well inside a webhook's timeout.
+	MaxBoundPerSlot = 32
 )
+
+// SlotLabelValue is the value of SlotLabel for slot of lock: a hash of both,
+// which is a valid label value whatever the lock is called. Two slots may
+// share one only by a SHA-256 collision, and readers compare the record
+// anyway.
+func SlotLabelValue(lock string, slot int) string {
+	return "s-" + hash(lock+"#"+strconv.Itoa(slot))
+}
 
 // ParseFence reads a fence record. A bare token is the record written by
 // versions before records named their lock: it binds no lock.

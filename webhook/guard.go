@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
 )
 
@@ -64,12 +65,26 @@ type Guard struct {
 	// Client creates SubjectAccessReviews for the override.
 	Client client.Client
 	Clock  clock.PassiveClock
+	// Self is the manager's own username: the only writer whose raise
+	// (permit.RaiseAnnotation) is admitted. Set by SetupWithManager from a
+	// SelfSubjectReview when empty.
+	Self string
+	// Fence counts the objects bound to a slot, to cap them at binding;
+	// nil counts nothing.
+	Fence *locks.Fence
 }
 
 // SetupWithManager registers both guard webhooks.
-func (g *Guard) SetupWithManager(mgr ctrl.Manager) {
+func (g *Guard) SetupWithManager(mgr ctrl.Manager) error {
 	if g.Clock == nil {
 		g.Clock = clock.RealClock{}
+	}
+	if g.Self == "" {
+		self, err := WhoAmI(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		g.Self = self
 	}
 	if g.Reader == nil {
 		g.Reader = mgr.GetAPIReader()
@@ -80,6 +95,7 @@ func (g *Guard) SetupWithManager(mgr ctrl.Manager) {
 	srv := mgr.GetWebhookServer()
 	srv.Register(GuardMutatePath, &admission.Webhook{Handler: admission.HandlerFunc(g.Mutate)})
 	srv.Register(GuardValidatePath, &admission.Webhook{Handler: admission.HandlerFunc(g.Validate)})
+	return nil
 }
 
 type objectMeta struct {
@@ -116,6 +132,9 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
+	if raw, ok := meta.Annotations[permit.RaiseAnnotation]; ok {
+		return g.raise(req, meta, old, raw)
+	}
 	guarded, wasGuarded := isGuarded(meta), isGuarded(old)
 	if !guarded && !wasGuarded {
 		return admission.Allowed("")
@@ -129,9 +148,7 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 		// lock it names.
 		ops := removeAnnotations(meta, permit.OverrideAnnotation,
 			permit.GuardAnnotation, permit.FenceAnnotation, permit.DeletableAnnotation)
-		if guarded {
-			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: pointer("metadata", "labels", permit.GuardedLabel)})
-		}
+		ops = append(ops, removeLabels(meta, permit.GuardedLabel, permit.SlotLabel)...)
 		return admission.Patched("override", ops...)
 	}
 	raw, ok := meta.Annotations[permit.GuardAnnotation]
@@ -160,11 +177,22 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 	if !guarded {
 		// The holder takes the object out of the fence: no record is left
 		// behind to bind it when it opts in again.
-		return admission.Patched("left the fence", removeAnnotations(meta,
-			permit.GuardAnnotation, permit.FenceAnnotation, permit.DeletableAnnotation)...)
+		return admission.Patched("left the fence", append(removeAnnotations(meta,
+			permit.GuardAnnotation, permit.FenceAnnotation, permit.DeletableAnnotation),
+			removeLabels(meta, permit.SlotLabel)...)...)
+	}
+	if !boundTo(old, guard) {
+		if resp, ok := g.roomToBind(ctx, req.Namespace, raw, guard); !ok {
+			return resp
+		}
 	}
 	ops := removeAnnotations(meta, permit.GuardAnnotation)
 	ops = append(ops, setAnnotation(meta, permit.FenceAnnotation, guard.String()))
+	// The label every acquire of the slot finds the object by: set at
+	// every guarded write, so that no write can leave it out or change it.
+	if slot := permit.SlotLabelValue(guard.Lock, guard.Slot); meta.Labels[permit.SlotLabel] != slot {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: pointer("metadata", "labels", permit.SlotLabel), Value: slot})
+	}
 	if mark, ok := meta.Annotations[permit.DeletableAnnotation]; ok {
 		switch {
 		case !wasGuarded && mark == old.Annotations[permit.DeletableAnnotation]:
@@ -177,6 +205,55 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 		}
 	}
 	return admission.Patched("recorded the fence", ops...)
+}
+
+// raise admits the manager's raise of an object's record (locks.Fence),
+// without a guard: it only ever raises the record of the lock and slot the
+// stored object is bound to, decided here against the object as stored,
+// inside kube-apiserver's compare-and-swap. The deletable mark goes with
+// it: it was written under a token the raise refuses.
+func (g *Guard) raise(req admission.Request, meta, old metav1.ObjectMeta, raw string) admission.Response {
+	if req.UserInfo.Username != g.Self || req.Operation != admissionv1.Update {
+		return guardDenied("", fmt.Sprintf("annotation %s: only the queen-locks manager raises a fence record, on an update", permit.RaiseAnnotation))
+	}
+	floor, err := permit.ParseGuard(raw)
+	if err != nil {
+		return guardDenied("", fmt.Sprintf("annotation %s: %v", permit.RaiseAnnotation, err))
+	}
+	ops := removeAnnotations(meta, permit.RaiseAnnotation)
+	rec, bound, err := permit.ParseFence(old.Annotations[permit.FenceAnnotation])
+	if !isGuarded(old) || err != nil || !bound || rec.Lock != floor.Lock || rec.Slot != floor.Slot || floor.Token <= rec.Token {
+		return admission.Patched("nothing to raise", ops...)
+	}
+	ops = append(ops, setAnnotation(meta, permit.FenceAnnotation, floor.String()))
+	ops = append(ops, removeAnnotations(meta, permit.DeletableAnnotation)...)
+	return admission.Patched("raised the fence", ops...)
+}
+
+// boundTo tells whether the stored object is already bound to guard's
+// lock and slot.
+func boundTo(old metav1.ObjectMeta, guard permit.Guard) bool {
+	rec, bound, err := permit.ParseFence(old.Annotations[permit.FenceAnnotation])
+	return isGuarded(old) && err == nil && bound && rec.Lock == guard.Lock && rec.Slot == guard.Slot
+}
+
+// roomToBind refuses a write that would bind one more object to a slot
+// that has permit.MaxBoundPerSlot already: each acquire of the slot writes
+// every one of them before it answers. Two bindings at the same moment can
+// both pass the count.
+func (g *Guard) roomToBind(ctx context.Context, ns, raw string, guard permit.Guard) (admission.Response, bool) {
+	if g.Fence == nil {
+		return admission.Response{}, true
+	}
+	objs, err := g.Fence.Bound(ctx, ns, guard.Lock, guard.Slot)
+	if err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err), false
+	}
+	if len(objs) >= permit.MaxBoundPerSlot {
+		return guardDenied(raw, fmt.Sprintf("lock %q slot %d already has %d objects bound to it in namespace %s, the most one slot may have (every acquire of the slot raises the fence of each before it answers): bind this object to another lock, or take one out of the fence",
+			guard.Lock, guard.Slot, len(objs), ns)), false
+	}
+	return admission.Response{}, true
 }
 
 // bindingRefusal says why guard may not write an object whose stored
@@ -337,6 +414,16 @@ func removeAnnotations(meta metav1.ObjectMeta, keys ...string) []jsonpatch.JsonP
 	for _, k := range keys {
 		if _, ok := meta.Annotations[k]; ok {
 			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: pointer("metadata", "annotations", k)})
+		}
+	}
+	return ops
+}
+
+func removeLabels(meta metav1.ObjectMeta, keys ...string) []jsonpatch.JsonPatchOperation {
+	var ops []jsonpatch.JsonPatchOperation
+	for _, k := range keys {
+		if _, ok := meta.Labels[k]; ok {
+			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: pointer("metadata", "labels", k)})
 		}
 	}
 	return ops

@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
 )
 
@@ -48,7 +50,11 @@ type QueenLock struct {
 	// the manager's identity after verifying the caller, and names the
 	// caller's pod as the holder: the manager may name any pod. Set by
 	// SetupWithManager from a SelfSubjectReview when empty.
-	Self    string
+	Self string
+	// Fence raises the fence of a slot's bound objects before an acquire
+	// that did not come from the manager is admitted (the manager raises
+	// its own after it wins); nil raises nothing.
+	Fence   *locks.Fence
 	decoder admission.Decoder
 }
 
@@ -106,6 +112,11 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 	if err != nil {
 		return deny(err, obj.Name)
 	}
+	if stamped && !caller.Manager && h.Fence != nil {
+		if resp, ok := h.raise(ctx, req, old, obj); !ok {
+			return resp
+		}
+	}
 	if !stamped {
 		if sent.dropManagedFields {
 			// A write to a permit being deleted that changes nothing but
@@ -115,6 +126,52 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 		return admission.Allowed("")
 	}
 	return admission.Patched("", stampPatch(sent, obj)...)
+}
+
+// raise raises the fence of the slot an acquire from outside the manager
+// takes (a raw create, the handles' and CLI's direct transport), before
+// the acquire is admitted and so before its writer can learn that it won.
+// The new token is not known yet, so the floor is one the slot cannot
+// have handed out to an earlier holding and will not hand out again:
+//   - a takeover: the expired permit's token + 1. The takeover is
+//     conditional on that version, and every later token is higher.
+//   - a create: a version at which the permit was read absent, read from
+//     the API server now. Every earlier holding was gone by then, so its
+//     tokens are lower, and any create that wins after it has a higher
+//     token. A create that finds the permit present is refused as lost
+//     here (it would be refused as AlreadyExists anyway): were it admitted
+//     unraised and the holder released meanwhile, it would win unraised.
+//     Two creates racing for a free slot both read it absent before
+//     either was stored, so the loser's floor is below the winner's token.
+func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj *locksv1alpha1.QueenLock) (admission.Response, bool) {
+	var floor uint64
+	switch {
+	case old == nil:
+		l, err := h.Fence.Meta.Resource(locksv1alpha1.GroupVersion.WithResource("queenlocks")).Namespace(req.Namespace).
+			List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + obj.Name})
+		if err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading permit %s before raising the fence of its objects: %w", obj.Name, err)), false
+		}
+		if len(l.Items) > 0 {
+			return deny(&permit.Refusal{Reason: permit.ReasonHeld, Errs: field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), obj.Name,
+				"the permit exists: this slot of the lock is held (or being released); read it to learn by whom")}}, obj.Name), false
+		}
+		if floor, err = permit.Token(l.ResourceVersion); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err), false
+		}
+	case !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime): // a takeover
+		tok, err := permit.Token(old.ResourceVersion)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err), false
+		}
+		floor = tok + 1
+	default:
+		return admission.Response{}, true // a renew
+	}
+	if _, err := h.Fence.Raise(ctx, req.Namespace, obj.Spec.Lock, int(obj.Spec.Slot), floor); err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err), false
+	}
+	return admission.Response{}, true
 }
 
 // finishesDeletes is whether req may remove the finalizers of a permit

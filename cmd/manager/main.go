@@ -47,6 +47,7 @@ func main() {
 	flag.IntVar(&l.MaxCallsPerCaller, "route-max-calls-per-caller", l.MaxCallsPerCaller, "Most calls in progress of one caller; more are answered 429.")
 	flag.Int64Var(&l.MaxBodyMemory, "route-max-body-memory", l.MaxBodyMemory, "Most bytes of call bodies held at once; a call whose body does not fit is answered 429.")
 	zopts := zap.Options{}
+	guarded := flag.String("guarded-resources", "configmaps/v1,secrets/v1", "Comma-separated kinds the guard webhook is configured for, as resource[.group]/version (deployments.apps/v1): every acquire raises the fence of the objects of these kinds bound to its slot before it answers. The chart sets it from guard.rules.")
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	for _, a := range strings.Split(*audiences, ",") {
@@ -57,6 +58,11 @@ func main() {
 	o.RouteLimits = l
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
+	var err error
+	if o.GuardedResources, err = manager.ParseGuardedResources(*guarded); err != nil {
+		log.Error(err, "cannot start")
+		os.Exit(1)
+	}
 	if err := applyTestOnly(&o); err != nil {
 		log.Error(err, "cannot start")
 		os.Exit(1)

@@ -62,7 +62,11 @@ func (e *Env) StartRouteConfig(c route.Config) (url string, stop func(), err err
 		// As the manager runs it: the same grace as its webhook, its
 		// informer as a source of permit versions, and its renews and
 		// takeovers stamped by the route itself.
-		c.Locks = []locks.Option{locks.WithGrace(e.Grace), locks.WithVersions(locks.CachedVersions(e.Manager.GetCache())), locks.AsManager()}
+		fence, err := manager.NewFence(c.REST, nil)
+		if err != nil {
+			return "", nil, err
+		}
+		c.Locks = []locks.Option{locks.WithGrace(e.Grace), locks.WithVersions(locks.CachedVersions(e.Manager.GetCache())), locks.AsManager(), locks.WithFence(fence)}
 	}
 	c.Addr = "127.0.0.1:0"
 	srv, err := route.New(c)

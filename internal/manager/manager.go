@@ -7,12 +7,14 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
@@ -104,6 +106,42 @@ type Options struct {
 	// admission policies are installed with it (the chart's
 	// gatedPods.enabled).
 	GatedPods bool
+	// GuardedResources are the kinds the guard webhook is configured for
+	// (the chart's guard.rules): every acquire raises the fence of the
+	// slot's bound objects of these kinds. locks.DefaultGuardedResources
+	// when empty.
+	GuardedResources []schema.GroupVersionResource
+}
+
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;patch
+
+// ParseGuardedResources reads --guarded-resources: comma-separated
+// resource[.group]/version, as configmaps/v1 or deployments.apps/v1.
+func ParseGuardedResources(s string) ([]schema.GroupVersionResource, error) {
+	var out []schema.GroupVersionResource
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		rg, version, ok := strings.Cut(item, "/")
+		if !ok || rg == "" || version == "" || strings.Contains(version, "/") {
+			return nil, fmt.Errorf("--guarded-resources: %q: want resource[.group]/version, as configmaps/v1 or deployments.apps/v1", item)
+		}
+		resource, group, _ := strings.Cut(rg, ".")
+		out = append(out, schema.GroupVersionResource{Group: group, Version: version, Resource: resource})
+	}
+	return out, nil
+}
+
+// NewFence is the raise of bound objects' fence records, over cfg: the
+// manager's identity, whose raises the guard webhook admits. It asks for
+// metadata only (PartialObjectMetadata), never an object's data.
+func NewFence(cfg *rest.Config, resources []schema.GroupVersionResource) (*locks.Fence, error) {
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the fence's metadata client: %w", err)
+	}
+	return &locks.Fence{Meta: meta, Resources: resources}, nil
 }
 
 // New checks the API server's version and builds a manager with every part
@@ -172,15 +210,21 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, fmt.Errorf("setting up the deletion controller: %w", err)
 		}
 	}
+	fence, err := NewFence(cfg, o.GuardedResources)
+	if err != nil {
+		return nil, err
+	}
 	if o.GatedPods {
-		if err := setupGatedPods(mgr, cfg, o); err != nil {
+		if err := setupGatedPods(mgr, cfg, o, fence); err != nil {
 			return nil, err
 		}
 	}
-	if err := (&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace}).SetupWithManager(mgr); err != nil {
+	if err := (&webhook.QueenLock{Clock: o.Clock, Grace: o.ExpiryGrace, Fence: fence}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the permit webhook: %w", err)
 	}
-	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
+	if err := (&webhook.Guard{Clock: o.Clock, Fence: fence}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the guard webhook: %w", err)
+	}
 	if err := (&webhook.Subresources{}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the guard webhook of subresources: %w", err)
 	}
@@ -223,6 +267,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 				locks.WithGrace(o.ExpiryGrace),
 				locks.WithVersions(locks.CachedVersions(mgr.GetCache())),
 				locks.AsManager(),
+				locks.WithFence(fence),
 			},
 		})
 		if err != nil {
@@ -243,7 +288,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 
 // setupGatedPods serves the pod webhook on every replica and runs the line
 // on the leader.
-func setupGatedPods(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
+func setupGatedPods(mgr ctrl.Manager, cfg *rest.Config, o Options, fence *locks.Fence) error {
 	core, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("creating the core client: %w", err)
@@ -257,7 +302,7 @@ func setupGatedPods(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 	line := &gate.Line{
 		Client:   mgr.GetClient(),
 		Core:     core,
-		Locks:    locks.New(direct, o.Clock, locks.WithGrace(o.ExpiryGrace), locks.WithVersions(locks.CachedVersions(mgr.GetCache())), locks.AsManager()),
+		Locks:    locks.New(direct, o.Clock, locks.WithGrace(o.ExpiryGrace), locks.WithVersions(locks.CachedVersions(mgr.GetCache())), locks.AsManager(), locks.WithFence(fence)),
 		Held:     locks.New(mgr.GetClient(), o.Clock),
 		Grace:    o.ExpiryGrace,
 		Clock:    o.Clock,

@@ -26,3 +26,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "queen-locks.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
+
+{{/*
+The guarded kinds as the manager's --guarded-resources takes them:
+resource[.group]/version, comma-separated.
+*/}}
+{{- define "queen-locks.guardedResources" -}}
+{{- $out := list -}}
+{{- range .Values.guard.rules -}}
+{{- $rule := . -}}
+{{- range $rule.apiGroups -}}{{- $group := . -}}
+{{- range $rule.apiVersions -}}{{- $version := . -}}
+{{- range $rule.resources -}}
+{{- $out = append $out (printf "%s%s/%s" . (ternary "" (printf ".%s" $group) (eq $group "")) $version) -}}
+{{- end -}}{{- end -}}{{- end -}}{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

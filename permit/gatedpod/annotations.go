@@ -128,7 +128,7 @@ func OnlyOurGate(pod *corev1.Pod) bool {
 }
 
 // Owner is the owner a gated pod's permit is held by.
-func Owner(pod *corev1.Pod) string { return "pod:" + string(pod.UID) }
+func Owner(pod *corev1.Pod) string { return permit.GateOwnerPrefix + string(pod.UID) }
 
 // Finished says whether the pod's containers are done for good.
 func Finished(pod *corev1.Pod) bool {

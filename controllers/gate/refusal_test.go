@@ -140,3 +140,23 @@ func TestTooManyAnnotationsAreRefusedAtCreate(t *testing.T) {
 		t.Fatalf("create with %d annotations: %v, want a refusal naming the count", len(p.Annotations), err)
 	}
 }
+
+// Through the real API server, the pod webhook's patch leaves what the pod
+// carries as it was sent: only the gate and queued-at are added.
+func TestGatingLeavesThePodAsSent(t *testing.T) {
+	ns := entitledNamespace(t)
+	p := newGated(ns, "as-sent", "as-sent", "example.com/keep", "me")
+	p.Spec.Hostname, p.Spec.Subdomain = "h", "s"
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}}
+	p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/first"}}
+	if err := env.Client.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := get(t, ns, p.Name)
+	gates := fmt.Sprint(got.Spec.SchedulingGates)
+	if got.Spec.Hostname != "h" || got.Spec.Subdomain != "s" || len(got.Spec.Containers[0].Env) != 1 ||
+		got.Annotations["example.com/keep"] != "me" || got.Annotations[gatedpod.QueuedAt] == "" ||
+		gates != "[{example.com/first} {locks.queen.dev/lock}]" {
+		t.Fatalf("the pod as stored: gates %s, annotations %v, hostname %q", gates, got.Annotations, got.Spec.Hostname)
+	}
+}

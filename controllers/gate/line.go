@@ -335,7 +335,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			// The pod will not run on this permit: give it back, that
 			// version alone, so that the slot goes to the next in line.
 			if _, gerr := l.Locks.GiveBack(ctx, ns, lock, got.Slot, got.Token); gerr != nil {
-				return retry, expires, fmt.Errorf("giving back lock %q slot %d of pod %s, which could not be let in (%v): %w", lock, got.Slot, pod.Name, err, gerr)
+				return retry, expires, fmt.Errorf("giving back lock %q slot %d of pod %s, which could not be let in (%w): %w", lock, got.Slot, pod.Name, err, gerr)
 			}
 			retry = true
 			l.notAdmitted(ctx, pod, now, fmt.Sprintf("it held lock %q slot %d, given back, but lifting its gate was refused: %v", lock, got.Slot, err))

@@ -22,6 +22,8 @@ type acquireConfig struct {
 	waker Waker
 	// freed is the slot a wake said had freed, tried first; -1 when none.
 	freed int
+	// keep answers what a try won after the caller left (KeepWhenGone).
+	keep bool
 }
 
 // HolderPod records the holder's pod on the permit, so that the permit is

@@ -53,3 +53,23 @@ func (l *Client) Release(ctx context.Context, ns, lock string, slot int, token u
 	}
 	return false, nil
 }
+
+// GiveBack deletes the permit of lock slot if it is still at version token,
+// the one an acquire won: never a later version, not even of the same
+// owner, which Release would carry a stale token through to. It undoes an
+// acquire whose answer nobody received; once anyone has renewed the permit,
+// it is somebody's, and stays. It answers whether it deleted.
+func (l *Client) GiveBack(ctx context.Context, ns, lock string, slot int, token uint64) (bool, error) {
+	name := permit.Name(lock, slot)
+	rv := strconv.FormatUint(token, 10)
+	err := l.delete(ctx, ns, name, metav1.Preconditions{ResourceVersion: &rv})
+	switch {
+	case err == nil:
+		l.answered.forget(ns, name)
+		return true, nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("giving back permit %d of lock %q: %w", slot, lock, err)
+	}
+}

@@ -48,6 +48,15 @@ func WaitUpTo(d time.Duration, w Waker) AcquireOption {
 	return func(c *acquireConfig) { c.wait, c.waker = d, w }
 }
 
+// KeepWhenGone makes a waiting acquire answer a slot it won after its
+// caller went away, rather than give it back: the caller decides. The
+// route uses it, and gives back only acquires whose owner it minted: a
+// caller that named its owner may have retried elsewhere (another replica)
+// and been answered already with the very permit a give-back would delete.
+func KeepWhenGone() AcquireOption {
+	return func(c *acquireConfig) { c.keep = true }
+}
+
 // tryTimeout bounds one try of a waiting acquire, which runs to its end
 // even when the caller goes away, so that what it won can be given back.
 const tryTimeout = 15 * time.Second
@@ -169,9 +178,10 @@ func (l *Client) try(ctx context.Context, a *acquire) (Acquired, error) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tryTimeout)
 	defer cancel()
 	got, err := l.acquireOnce(tctx, a)
-	if err == nil && got.Acquired && !got.Already && ctx.Err() != nil {
-		// Nobody waits for this answer any more: give the slot back.
-		if _, rerr := l.Release(tctx, a.ns, a.lock, got.Slot, got.Token, a.owner); rerr != nil {
+	if err == nil && got.Acquired && !got.Already && ctx.Err() != nil && !a.keep {
+		// Nobody waits for this answer any more: give the slot back, that
+		// version alone (GiveBack).
+		if _, rerr := l.GiveBack(tctx, a.ns, a.lock, got.Slot, got.Token); rerr != nil {
 			return Acquired{}, fmt.Errorf("the caller went away while acquiring lock %q, and releasing the slot it won failed: %w", a.lock, rerr)
 		}
 		return Acquired{}, ctx.Err()

@@ -2,6 +2,7 @@ package permit
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -46,6 +47,24 @@ func ValidateOwner(owner string) error {
 		return fmt.Errorf("must be at most %d bytes, got %d", MaxOwnerBytes, len(owner))
 	case !utf8.ValidString(owner):
 		return fmt.Errorf("must be valid UTF-8")
+	}
+	return nil
+}
+
+// GateOwnerPrefix begins the owners of gated pods' permits (pod:<uid>),
+// which only the manager takes, for the pod the owner names: a permit of
+// such an owner taken by anyone else would let the line believe the pod
+// holds a lock it does not (SPEC section 6).
+const GateOwnerPrefix = "pod:"
+
+// ValidateOwnerOf reports what is wrong with an owner sent by a caller
+// other than the manager: what ValidateOwner does, and the gate's prefix.
+func ValidateOwnerOf(owner string) error {
+	if err := ValidateOwner(owner); err != nil {
+		return err
+	}
+	if strings.HasPrefix(owner, GateOwnerPrefix) {
+		return fmt.Errorf("owners beginning %q are reserved for the queen-locks manager's gated pods; choose another owner", GateOwnerPrefix)
 	}
 	return nil
 }

@@ -129,6 +129,13 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	if errs := ValidateSpec(obj); len(errs) > 0 {
 		return false, invalid(errs)
 	}
+	if !caller.Manager {
+		// Any write that leaves such an owner on the permit: a create, a
+		// takeover, and a renew, which would change a gated pod's token.
+		if err := ValidateOwnerOf(obj.Spec.Owner); err != nil {
+			return false, invalid(field.ErrorList{field.Forbidden(specPath.Child("owner"), err.Error())})
+		}
+	}
 	// The manager sends its takeovers already stamped (locks.AsManager):
 	// a new acquireTime in place of a cleared one. Where this webhook still
 	// sees one (the manager under another identity than the configuration

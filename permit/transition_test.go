@@ -332,3 +332,45 @@ func TestStampRefusesOwnerReferences(t *testing.T) {
 		t.Fatalf("create with ownerReferences: %v, want a refusal naming metadata.ownerReferences", err)
 	}
 }
+
+// The gate's owners (pod:<uid>) are the manager's alone: anyone else's
+// create, takeover or renew that leaves one on a permit is refused, naming
+// spec.owner.
+func TestGateOwnersAreTheManagers(t *testing.T) {
+	const grace = time.Second
+	gate := GateOwnerPrefix + "0000-victim"
+	for _, c := range []struct {
+		name   string
+		caller Caller
+		ok     bool
+	}{{"anyone", Caller{}, false}, {"a pod", Caller{PodNamespace: "team-b", PodName: "job-x", PodUID: "u1"}, false}, {"the manager", Caller{Manager: true}, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			check := func(what string, err error) {
+				t.Helper()
+				switch {
+				case c.ok && err != nil:
+					t.Fatalf("%s refused: %v", what, err)
+				case !c.ok && (err == nil || !strings.Contains(err.Error(), "spec.owner") || !strings.Contains(err.Error(), `"pod:"`)):
+					t.Fatalf("%s: err = %v, want a refusal naming spec.owner and the prefix", what, err)
+				}
+			}
+			_, err := Stamp(nil, lockObj(gate, 30), t0, grace, c.caller)
+			check("create", err)
+			old := stamped(t, lockObj("cron-7", 30), t0)
+			obj := old.DeepCopy()
+			obj.Spec.AcquireTime, obj.Spec.Owner = nil, gate
+			_, err = Stamp(old, obj, t0.Add(40*time.Second), grace, c.caller)
+			check("takeover", err)
+			// A renew of a gated pod's permit (the manager's create).
+			held := lockObj(gate, 30)
+			if _, err := Stamp(nil, held, t0, grace, Caller{Manager: true}); err != nil {
+				t.Fatal(err)
+			}
+			held.ResourceVersion = "100"
+			obj = held.DeepCopy()
+			obj.Spec.TTLSeconds = 1
+			_, err = Stamp(held, obj, t0.Add(time.Second), grace, c.caller)
+			check("renew", err)
+		})
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -59,6 +61,9 @@ func (a *GatedPods) Handle(ctx context.Context, req admission.Request) admission
 	if _, err := gatedpod.ParseAsk(pod.Annotations); err != nil {
 		return admission.Denied(err.Error())
 	}
+	if n := len(pod.Annotations); n > gatedpod.MaxAnnotations {
+		return admission.Denied(fmt.Sprintf("a pod labelled %s=%q may carry at most %d annotations, this one has %d: the manager's admission policy compares them when it lets the pod in, and CEL bounds what that may cost", gatedpod.Label, gatedpod.LabelValue, gatedpod.MaxAnnotations, n))
+	}
 	if pod.Spec.NodeName != "" {
 		return admission.Denied(fmt.Sprintf("a pod labelled %s=%q must not set spec.nodeName (%q): the API server refuses scheduling gates on a pod already bound to a node, so it could not wait for its lock", gatedpod.Label, gatedpod.LabelValue, pod.Spec.NodeName))
 	}
@@ -71,21 +76,38 @@ func (a *GatedPods) Handle(ctx context.Context, req admission.Request) admission
 	} else if missing != "" {
 		return admission.Denied(fmt.Sprintf("ServiceAccount %q of namespace %q may not %s queenlocks.%s in %q, which holding a lock takes; bind it to the queen-locks-holder ClusterRole in that namespace", sa, ns, missing, locksv1alpha1.GroupVersion.Group, ns))
 	}
-	if !gatedpod.Gated(&pod) {
-		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: gatedpod.Gate})
+	return admission.Patched("gated", gatePatch(&pod, a.Clock.Now())...)
+}
+
+// gatePatch is the JSON patch that gates pod: the scheduling gate, the
+// queued-at stamp, and none of the manager's own annotations, which are
+// never the creator's to set (a pod created with a token would look
+// admitted). It names only what it changes: the pod was decoded with this
+// build's types, and a patch computed from re-encoding it would drop every
+// field a newer API server has that they do not know.
+func gatePatch(pod *corev1.Pod, now time.Time) []jsonpatch.JsonPatchOperation {
+	var ops []jsonpatch.JsonPatchOperation
+	add := func(path string, v any) {
+		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "add", Path: path, Value: v})
 	}
+	gate := corev1.PodSchedulingGate{Name: gatedpod.Gate}
+	switch {
+	case gatedpod.Gated(pod):
+	case pod.Spec.SchedulingGates == nil:
+		add("/spec/schedulingGates", []corev1.PodSchedulingGate{gate})
+	default:
+		add("/spec/schedulingGates/-", gate)
+	}
+	queuedAt := now.UTC().Format(gatedpod.TimeFormat)
 	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
+		add("/metadata/annotations", map[string]string{gatedpod.QueuedAt: queuedAt})
+		return ops
 	}
-	pod.Annotations[gatedpod.QueuedAt] = a.Clock.Now().UTC().Format(gatedpod.TimeFormat)
-	// The manager's own annotations are never the creator's to set: a pod
-	// created with a token would look admitted.
-	delete(pod.Annotations, gatedpod.TokenAnnotation)
-	delete(pod.Annotations, gatedpod.SlotAnnotation)
-	delete(pod.Annotations, gatedpod.AdmittedAt)
-	patched, err := json.Marshal(&pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+	add(pointer("metadata", "annotations", gatedpod.QueuedAt), queuedAt)
+	for _, k := range []string{gatedpod.TokenAnnotation, gatedpod.SlotAnnotation, gatedpod.AdmittedAt} {
+		if _, ok := pod.Annotations[k]; ok {
+			ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: pointer("metadata", "annotations", k)})
+		}
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, patched)
+	return ops
 }

@@ -307,3 +307,27 @@ func TestServerSetsTheLockLabelAndKeepsOthers(t *testing.T) {
 		t.Fatalf("times = %+v", got.Spec)
 	}
 }
+
+// Owners beginning pod: are the gated pods': a write from anyone but the
+// manager (kubectl, a handle over the API) that would leave one on a
+// permit is refused naming spec.owner, and nothing is stored.
+func TestAGatedPodsOwnerIsRefusedToAnyoneButTheManager(t *testing.T) {
+	ns := namespace(t)
+	grant(t, ns, "holder", "locks.queen.dev", []string{"queenlocks"}, []string{"create", "update", "get"})
+	holder := asUser(t, "holder")
+	var err error
+	// RBAC's informer takes a moment to see the binding.
+	if werr := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err = holder.Create(ctx, newPermit(ns, "victim", 0, 1, "pod:0000-victim", 30))
+		return !apierrors.IsForbidden(err), nil
+	}); werr != nil {
+		t.Fatalf("the holder's create stayed forbidden: %v", err)
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.owner") || !strings.Contains(err.Error(), `"pod:"`) {
+		t.Fatalf("create as pod:0000-victim: %v, want a refusal naming spec.owner", err)
+	}
+	var list locksv1alpha1.QueenLockList
+	if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil || len(list.Items) != 0 {
+		t.Fatalf("stored after the refusal: %v %v", list.Items, err)
+	}
+}

@@ -184,4 +184,20 @@ func TestTheManagerMayTouchOnlyGatedPodsAndOnlyThus(t *testing.T) {
 	if err := asManager.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"activeDeadlineSeconds":50}}`))); err != nil {
 		t.Fatalf("the manager may lower a deadline: %v", err)
 	}
+	// Through status, its own condition and nothing else.
+	status := func(patch string) error {
+		return asManager.Status().Patch(ctx, p, client.RawPatch(types.StrategicMergePatchType, []byte(patch)))
+	}
+	if err := status(`{"status":{"conditions":[{"type":"locks.queen.dev/Admitted","status":"False","reason":"NotAdmitted","message":"m"}]}}`); err != nil {
+		t.Fatalf("the manager may set its condition: %v", err)
+	}
+	refusedWith(t, "the manager setting another condition", "only set its own locks.queen.dev/ conditions", func() error {
+		return status(`{"status":{"conditions":[{"type":"Ready","status":"True"}]}}`)
+	})
+	refusedWith(t, "the manager setting the phase", "only set its own locks.queen.dev/ conditions", func() error {
+		return status(`{"status":{"phase":"Succeeded"}}`)
+	})
+	refusedWith(t, "the manager setting a condition of an unlabelled pod", "may change or delete only pods labelled", func() error {
+		return asManager.Status().Patch(ctx, plain, client.RawPatch(types.StrategicMergePatchType, []byte(`{"status":{"conditions":[{"type":"locks.queen.dev/Admitted","status":"False"}]}}`)))
+	})
 }

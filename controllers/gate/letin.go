@@ -2,13 +2,17 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -72,6 +76,9 @@ func (l *Line) holding(ctx context.Context, pod *corev1.Pod, now time.Time) (tim
 		return 0, nil
 	}
 	l.unschedulable(pod)
+	if wasRefused(pod) {
+		l.setCondition(ctx, pod, corev1.ConditionTrue, "Admitted", fmt.Sprintf("holds lock %q slot %s", pod.Annotations[gatedpod.LockAnnotation], pod.Annotations[gatedpod.SlotAnnotation]), now)
+	}
 	ask, _ := gatedpod.ParseAsk(pod.Annotations)
 	if ask.TTL == 0 {
 		return 0, nil
@@ -113,18 +120,81 @@ func (l *Line) holding(ctx context.Context, pod *corev1.Pod, now time.Time) (tim
 
 // ttlSeconds is the lifetime of a gated pod's permit: the ttl plus the
 // pod's termination grace period (its containers may run that long after
-// the delete at the ttl), or a year, the longest there is, for a pod
-// without a ttl, whose permit is freed when the pod ends.
+// the delete at the ttl), at most a year, the longest a permit lives; or
+// a year for a pod without a ttl, whose permit is freed when the pod
+// ends. It counts in whole seconds: a grace period is any int64 of
+// seconds, and as a Duration (nanoseconds) 1e10 of them would overflow.
 func ttlSeconds(pod *corev1.Pod, ask gatedpod.Ask) int64 {
 	if ask.TTL == 0 {
 		return permit.MaxTTLSeconds
 	}
-	grace := defaultTerminationGrace
+	grace := int64(defaultTerminationGrace / time.Second)
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		grace = time.Duration(*g) * time.Second
+		grace = min(max(*g, 0), permit.MaxTTLSeconds)
 	}
-	return min(int64((ask.TTL+grace)/time.Second), permit.MaxTTLSeconds)
+	return min(int64(ask.TTL/time.Second)+grace, permit.MaxTTLSeconds)
 }
 
-// waitingNote says where a waiting pod stands.
-// soonest is the earliest expiry among holders; zero for none.
+// AdmittedCondition is the pod condition that tells a gated pod why it
+// could not be let in (status False), and that it was let in after all
+// (True), written only on pods that were once refused.
+const AdmittedCondition corev1.PodConditionType = "locks.queen.dev/Admitted"
+
+// refusedRecently tells whether the pod's admission was refused less than
+// retryLater ago: it is passed over until then, holding nobody back.
+func (l *Line) refusedRecently(pod *corev1.Pod, now time.Time) bool {
+	at, ok := l.refused.Load(pod.UID)
+	if !ok {
+		return false
+	}
+	if now.Sub(at.(time.Time)) < retryLater {
+		return true
+	}
+	l.refused.Delete(pod.UID)
+	return false
+}
+
+// notAdmitted tells a pod that could not be let in why, with a warning
+// event and its Admitted condition, and passes it over for retryLater.
+func (l *Line) notAdmitted(ctx context.Context, pod *corev1.Pod, now time.Time, why string) {
+	l.refused.Store(pod.UID, now)
+	refusals.WithLabelValues(pod.Namespace).Inc()
+	note := "cannot be let in: " + why + fmt.Sprintf("; the pods behind it go on, and it is tried again in %s", retryLater)
+	logf.FromContext(ctx).Info("gated pod not admitted", "pod", pod.Name, "namespace", pod.Namespace, "why", why)
+	l.event(pod, corev1.EventTypeWarning, "NotAdmitted", "%s", note)
+	l.setCondition(ctx, pod, corev1.ConditionFalse, "NotAdmitted", note, now)
+}
+
+// setCondition writes the pod's Admitted condition, unless it says that
+// already. A failure is logged, not returned: the event says the same.
+func (l *Line) setCondition(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, message string, now time.Time) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == AdmittedCondition && c.Status == status && c.Reason == reason && c.Message == message {
+			return
+		}
+	}
+	const maxMessage = 1024
+	if len(message) > maxMessage {
+		message = strings.ToValidUTF8(message[:maxMessage], "") + "..."
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
+		Type: AdmittedCondition, Status: status, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(now),
+	}}}})
+	if err == nil {
+		err = l.Client.Status().Patch(ctx, pod.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, patch))
+	}
+	if client.IgnoreNotFound(err) != nil {
+		logf.FromContext(ctx).Error(err, "telling a gated pod with its condition", "pod", pod.Name, "namespace", pod.Namespace, "reason", reason)
+	}
+}
+
+// wasRefused tells whether the pod carries an Admitted condition that is
+// not True: it was told it could not be let in.
+func wasRefused(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == AdmittedCondition {
+			return c.Status != corev1.ConditionTrue
+		}
+	}
+	return false
+}

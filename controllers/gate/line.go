@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -80,6 +81,9 @@ type Line struct {
 	told map[types.NamespacedName]map[types.UID]string
 	// unscheduled holds the admitted pods told they hold a slot unscheduled.
 	unscheduled sync.Map
+	// refused holds, per pod, when its admission was last refused: it is
+	// passed over until retryLater after.
+	refused sync.Map
 }
 
 // SetupWithManager registers the line with the manager.
@@ -215,15 +219,28 @@ const takeoverMargin = 50 * time.Millisecond
 // pod's missing rights, a full ResourceQuota) is looked at again.
 const retryLater = 10 * time.Second
 
-// admit lets waiting pods in, in order, until the lock is held; then tells
-// the rest where they stand. retry: a pod waits on something no event of
-// this lock announces; expires: the lock is full, and its soonest holder's
-// permit expires then.
+// admit lets waiting pods in, in order, while slots are free; then tells
+// the rest where they stand. A pod waits behind the pods before it only
+// for the slots they wait for: a pod of limit N takes slots 0 to N-1, so
+// one that waits for all of them holds back the pods after it whose limit
+// is at most N, not those with room above it. A pod that cannot be let in
+// (its admission refused) is told why and gives back what it took; it
+// holds nobody back, and is tried again after retryLater. retry: a pod
+// waits on something no event of this lock announces; expires: a pod
+// waits for a full lock whose soonest holder's permit expires then.
 func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string) (retry bool, expires time.Time, err error) {
 	log := logf.FromContext(ctx)
 	place := 0
 	var holders []locks.Holder
-	full, quota := false, false
+	// Every slot below fullBelow is held by others; quota: a new permit
+	// does not fit in the namespace.
+	fullBelow, quota := 0, false
+	full := func(limit int, hs []locks.Holder, q bool) {
+		fullBelow, holders, quota = max(fullBelow, limit), hs, quota || q
+		if e := soonest(hs); !e.IsZero() && (expires.IsZero() || e.Before(expires)) {
+			expires = e
+		}
+	}
 	tell := func(pod *corev1.Pod, reason, note string) {
 		l.mu.Lock()
 		same := told[pod.UID] == reason+": "+note
@@ -246,12 +263,18 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		}
 		tell(pod, "Waiting", waitingNote(place, lock, holders, quota))
 	}
+	now := l.Clock.Now()
 	for _, pod := range waiting {
 		ns := pod.Namespace
-		if full && holds(holders, gatedpod.Owner(pod)) {
-			continue // let in already; the cache has yet to show it
+		ask, _ := gatedpod.ParseAsk(pod.Annotations)
+		if l.refusedRecently(pod, now) {
+			retry = true
+			continue
 		}
-		if full {
+		if quota || ask.Limit <= fullBelow {
+			if holds(holders, gatedpod.Owner(pod)) {
+				continue // let in already; the cache has yet to show it
+			}
 			place++
 			waitingAt(pod, place, holders, quota)
 			continue
@@ -260,16 +283,14 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			tell(pod, "OtherGates", fmt.Sprintf("waits for its other scheduling gates to be removed before it queues for lock %q", lock))
 			continue
 		}
-		ask, _ := gatedpod.ParseAsk(pod.Annotations)
 		if l.Held != nil {
 			// Woken by the lock's pods changing (an admitted pod's own
 			// patch, a holder's status turning Succeeded before its permit
 			// goes), the slots are often all still held: no reviews, no
 			// create that the API server would refuse.
 			held, err := l.Held.Get(ctx, ns, lock)
-			if err == nil && len(held) >= ask.Limit && !holds(held, gatedpod.Owner(pod)) {
-				full, holders = true, held
-				expires = soonest(held)
+			if below := within(held, ask.Limit); err == nil && len(below) >= ask.Limit && !holds(held, gatedpod.Owner(pod)) {
+				full(ask.Limit, below, false)
 				place++
 				waitingAt(pod, place, holders, false)
 				continue
@@ -293,22 +314,68 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		got, err := l.Locks.Acquire(ctx, ns, lock, gatedpod.Owner(pod), ttlSeconds(pod, ask), ask.Limit,
 			locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
 		if err != nil {
-			return retry, expires, fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
+			if transient(err) {
+				return retry, expires, fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
+			}
+			retry = true
+			l.notAdmitted(ctx, pod, now, fmt.Sprintf("taking lock %q for it was refused: %v", lock, err))
+			continue
 		}
 		if !got.Acquired {
-			full, holders, quota = true, got.Holders, got.Reason == locks.ReasonQuota
+			full(ask.Limit, got.Holders, got.Reason == locks.ReasonQuota)
 			retry = retry || quota
-			expires = soonest(holders)
 			place++
 			waitingAt(pod, place, holders, quota)
 			continue
 		}
 		if err := l.letIn(ctx, pod, ask, got.Permit); err != nil {
-			return retry, expires, err
+			if transient(err) {
+				return retry, expires, err
+			}
+			// The pod will not run on this permit: give it back, that
+			// version alone, so that the slot goes to the next in line.
+			if _, gerr := l.Locks.GiveBack(ctx, ns, lock, got.Slot, got.Token); gerr != nil {
+				return retry, expires, fmt.Errorf("giving back lock %q slot %d of pod %s, which could not be let in (%w): %w", lock, got.Slot, pod.Name, err, gerr)
+			}
+			retry = true
+			l.notAdmitted(ctx, pod, now, fmt.Sprintf("it held lock %q slot %d, given back, but lifting its gate was refused: %v", lock, got.Slot, err))
+			continue
 		}
 		log.Info("gated pod admitted", "lock", lock, "slot", got.Slot, "token", got.Token, "pod", pod.Name)
 	}
 	return retry, expires, nil
+}
+
+// within is the holders on slots below limit: the slots a pod of that
+// limit may take. Permits on slots above are other limits' and leave its
+// slots free.
+func within(holders []locks.Holder, limit int) []locks.Holder {
+	var in []locks.Holder
+	for _, h := range holders {
+		if h.Slot < limit {
+			in = append(in, h)
+		}
+	}
+	return in
+}
+
+// transient tells whether an error of the API server may pass when the
+// same write is sent again (a timeout, an overloaded or restarting server,
+// a connection lost): the line then tries again, in the same order. Any
+// other refusal is the pod's own, and holds only that pod back.
+func transient(err error) bool {
+	switch {
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err),
+		apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err), apierrors.IsNotAcceptable(err),
+		apierrors.IsUnsupportedMediaType(err):
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code == 0 || code >= 500 || code == 429 || code == 409
+	}
+	return true
 }
 
 func soonest(holders []locks.Holder) time.Time {

@@ -28,6 +28,10 @@ var (
 		Name: "queen_locks_gated_pod_ttl_deletions_total",
 		Help: "Gated pods the manager deleted because they held their lock for their whole ttl.",
 	}, []string{"namespace"})
+	refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "queen_locks_gated_pod_refusals_total",
+		Help: "Times a gated pod could not be let in (its acquire or the patch that lifts its gate was refused): it was told why, and the pods behind it went on.",
+	}, []string{"namespace"})
 )
 
 var waitingDesc = prometheus.NewDesc("queen_locks_gated_pods_waiting",
@@ -35,7 +39,7 @@ var waitingDesc = prometheus.NewDesc("queen_locks_gated_pods_waiting",
 	[]string{"namespace"}, nil)
 
 func init() {
-	metrics.Registry.MustRegister(admissions, admissionSeconds, ttlDeletions)
+	metrics.Registry.MustRegister(admissions, admissionSeconds, ttlDeletions, refusals)
 }
 
 // WaitingCollector counts the waiting gated pods from the cache at each

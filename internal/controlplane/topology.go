@@ -69,6 +69,10 @@ type TopologyOptions struct {
 	Quota int64
 	// Prefix names the namespaces (topo when empty).
 	Prefix string
+	// Replica, when set, adjusts the route config of replica i (0 or 1)
+	// before it starts: a transport that holds an answer of the API
+	// server (REST.Wrap), a log to learn when a call ended.
+	Replica func(i int, c *route.Config)
 }
 
 // Production builds a Topology for the test and tears it down when the
@@ -107,7 +111,16 @@ func (e *Env) Production(t T, o TopologyOptions) *Topology {
 		t.Fatal(err)
 	}
 	for i := range tp.Replicas {
-		tp.Replicas[i], _ = e.ServeRoute(t, route.AuthToken, tp.LockNS)
+		c := route.Config{Auth: route.AuthToken, DefaultNamespace: tp.LockNS, REST: rest.CopyConfig(e.Config)}
+		if o.Replica != nil {
+			o.Replica(i, &c)
+		}
+		url, stop, err := e.StartRouteConfig(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		tp.Replicas[i] = url
 	}
 	tp.Proxy = Spread(t, tp.Replicas[:]...)
 	tp.URL = tp.Proxy.URL

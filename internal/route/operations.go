@@ -16,6 +16,12 @@ import (
 // out fails the whole call: 400 for a namespace that does not exist, else
 // 503. start is when the call came in, for the acquires' wait times.
 func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operation, start time.Time) ([]routeapi.Result, *callError) {
+	if log := s.cfg.Log.V(1); log.Enabled() {
+		stop := context.AfterFunc(ctx, func() {
+			log.Info("the caller went away before its answer; its operations run to their end", "caller", caller.Username, "namespace", ns, "operations", len(ops))
+		})
+		defer stop()
+	}
 	results := make([]routeapi.Result, len(ops))
 	errs := make([]error, len(ops))
 	outcomes := make([]string, len(ops))
@@ -75,33 +81,31 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 			worst = e
 		}
 	}
-	switch {
-	case ctx.Err() != nil:
-		s.giveBack(ctx, caller, ns, ops, results, func(Operation) bool { return true })
-	case worst != nil:
-		// The call answers an error, not its results: an acquire it won
-		// for an operation that named no owner can never be renewed or
-		// released by its caller, who cannot learn the minted owner. A
-		// caller that named its owner converges by sending the call again.
-		s.giveBack(ctx, caller, ns, ops, results, func(op Operation) bool { return op.Owner == "" })
+	if ctx.Err() != nil || worst != nil {
+		// Nobody receives these results: the caller went away, or the
+		// call answers an error. An acquire for an operation that named
+		// no owner can then never be renewed or released by its caller,
+		// who cannot learn the minted owner, nor retried: it is given
+		// back. One with the caller's own owner is left alone: its caller
+		// converges by sending the call again, maybe to another replica,
+		// which answers already with this very permit, and may renew it
+		// before this give-back would run. It ends at its TTL otherwise.
+		s.giveBack(ctx, caller, ns, ops, results)
 	}
 	return results, worst
 }
 
-// giveBack releases what the operations of a call that were chosen
-// acquired, when nobody will receive those tokens (the caller went away
-// while a waiting acquire kept the other operations' answers, or the call
-// answers an error), so that nobody would release them before their TTLs
-// end.
-func (s *Server) giveBack(ctx context.Context, caller Caller, ns string, ops []Operation, results []routeapi.Result, chosen func(Operation) bool) {
+// giveBack deletes what the operations of a call that named no owner
+// acquired, each at the version its acquire created and no later one.
+func (s *Server) giveBack(ctx context.Context, caller Caller, ns string, ops []Operation, results []routeapi.Result) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.OpTimeout)
 	defer cancel()
 	for i, r := range results {
-		if ops[i].Op != OpAcquire || !chosen(ops[i]) || r.Acquired == nil || !*r.Acquired || r.Already || r.Token == nil || r.Slot == nil {
+		if ops[i].Op != OpAcquire || ops[i].Owner != "" || r.Acquired == nil || !*r.Acquired || r.Already || r.Token == nil || r.Slot == nil {
 			continue
 		}
-		if _, err := s.self.Release(rctx, ns, ops[i].Name, *r.Slot, *r.Token, r.Owner); err != nil {
-			s.cfg.Log.Error(err, "releasing what a call acquired after its caller went away", "caller", caller.Username, "namespace", ns, "name", ops[i].Name)
+		if _, err := s.self.GiveBack(rctx, ns, ops[i].Name, *r.Slot, *r.Token); err != nil {
+			s.cfg.Log.Error(err, "giving back what a call acquired for an owner it minted, as nobody receives the answer", "caller", caller.Username, "namespace", ns, "name", ops[i].Name)
 		}
 	}
 }
@@ -119,11 +123,13 @@ func (s *Server) do(ctx, gone context.Context, caller Caller, ns string, i int, 
 		if owner == "" {
 			owner = locks.MintOwner("route-")
 		}
-		opts := []locks.AcquireOption{locks.HolderPod(caller.Namespace, caller.PodName, caller.PodUID)}
+		// What a try wins after the caller left comes back here: run
+		// decides whether it is given back.
+		opts := []locks.AcquireOption{locks.HolderPod(caller.Namespace, caller.PodName, caller.PodUID), locks.KeepWhenGone()}
 		actx := ctx
 		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
-			// locks runs each try to its end itself and gives back what a
-			// try won after the caller left.
+			// locks runs each try to its end itself, so that what a try
+			// won after the caller left is answered, not lost.
 			opts = append(opts, locks.WaitUpTo(time.Duration(op.WaitSeconds)*time.Second, s.cfg.Waker))
 			actx = gone
 		}

@@ -55,6 +55,12 @@ const (
 	MaxTTL = permit.MaxTTLSeconds * time.Second
 )
 
+// MaxAnnotations is the most annotations a gated pod may carry at create:
+// the manager's admission policy compares a pod's annotations one by one
+// when it lets the pod in, and CEL stops an expression past a cost that
+// about 10 per annotation reaches near 100,000 of them (config/gate).
+const MaxAnnotations = 10000
+
 // Ask is what a gated pod asks for.
 type Ask struct {
 	Lock  string
@@ -128,7 +134,7 @@ func OnlyOurGate(pod *corev1.Pod) bool {
 }
 
 // Owner is the owner a gated pod's permit is held by.
-func Owner(pod *corev1.Pod) string { return "pod:" + string(pod.UID) }
+func Owner(pod *corev1.Pod) string { return permit.GateOwnerPrefix + string(pod.UID) }
 
 // Finished says whether the pod's containers are done for good.
 func Finished(pod *corev1.Pod) bool {

@@ -29,13 +29,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/controllers/gate"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/internal/waiters"
+	"github.com/queen-locks/queen-locks/internal/webhookserver"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
 	"github.com/queen-locks/queen-locks/webhook"
@@ -70,6 +70,12 @@ type Options struct {
 	WebhookHost             string
 	WebhookPort             int
 	CertDir                 string
+	// WebhookClientCAFile makes the webhook server require a client
+	// certificate signed by these CAs (the API server's; docs/install.md).
+	WebhookClientCAFile string
+	// WebhookLimits bound the webhook server; webhookserver.DefaultLimits
+	// when zero.
+	WebhookLimits webhookserver.Limits
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	ExpiryGrace             time.Duration
@@ -121,11 +127,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	hooks, err := webhookserver.New(webhookserver.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+		ClientCAFile: o.WebhookClientCAFile, Limits: o.WebhookLimits, Log: ctrl.Log.WithName("webhook-server")})
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme,
 		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.ProbeAddr,
-		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir}),
+		WebhookServer:           hooks,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "queen-locks-expiry.locks.queen.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -47,6 +48,7 @@ func main() {
 	flag.IntVar(&o.MaxWaiters, "route-max-waiters", 0, "Most acquires waiting for a slot (waitSeconds) at once; past it an acquire answers at once, as without a wait. 0: half of --route-max-calls.")
 	flag.IntVar(&l.MaxCallsPerCaller, "route-max-calls-per-caller", l.MaxCallsPerCaller, "Most calls in progress of one caller; more are answered 429.")
 	flag.Int64Var(&l.MaxBodyMemory, "route-max-body-memory", l.MaxBodyMemory, "Most bytes of call bodies held at once; a call whose body does not fit is answered 429.")
+	guarded := flag.String("guarded-resources", "configmaps,secrets", "Comma-separated kinds (resource.group, resource alone for the core group) the guard webhooks are configured for; a scale review of any other kind is refused without a read.")
 	wl := webhookserver.DefaultLimits()
 	flag.StringVar(&o.WebhookClientCAFile, "webhook-client-ca-file", "", "PEM file of the CAs whose client certificates the webhook server accepts; when set, connections without such a certificate are refused at TLS. Give it the CA of the certificate the API server presents to webhooks (docs/install.md).")
 	flag.DurationVar(&wl.ReadHeaderTimeout, "webhook-read-header-timeout", wl.ReadHeaderTimeout, "Longest time for the TLS handshake and a review's headers.")
@@ -69,6 +71,11 @@ func main() {
 	}
 	o.RouteLimits = l
 	o.WebhookLimits = wl
+	for _, r := range strings.Split(*guarded, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			o.GuardedResources = append(o.GuardedResources, schema.ParseGroupResource(r))
+		}
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
 	if err := applyTestOnly(&o); err != nil {

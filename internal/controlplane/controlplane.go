@@ -19,6 +19,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -82,6 +83,9 @@ type Options struct {
 	// requiring kube-apiserver's client certificate (kube-apiserver still
 	// presents it), as a cluster that cannot give it one does.
 	NoWebhookClientCert bool
+	// GuardedResources are the manager's --guarded-resources: configmaps
+	// and secrets, as the chart's default, when empty.
+	GuardedResources []schema.GroupResource
 	// RouteAddr, Auth and DefaultNamespace run the HTTP route in the manager.
 	RouteAddr        string
 	Auth             string
@@ -218,6 +222,10 @@ func Start(o Options) (*Env, error) {
 	e.managerConfig = mcfg
 	wo := te.WebhookInstallOptions
 	webhookCA := clientCA
+	guarded := o.GuardedResources
+	if len(guarded) == 0 {
+		guarded = []schema.GroupResource{{Resource: "configmaps"}, {Resource: "secrets"}}
+	}
 	if o.NoWebhookClientCert {
 		webhookCA = ""
 	}
@@ -229,6 +237,7 @@ func Start(o Options) (*Env, error) {
 		CertDir:             wo.LocalServingCertDir,
 		ExpiryGrace:         o.ExpiryGrace,
 		WebhookClientCAFile: webhookCA,
+		GuardedResources:    guarded,
 		NoExpiry:            o.NoExpiry,
 		GatedPods:           o.GatedPods,
 		Clock:               o.Clock,

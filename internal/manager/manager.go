@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
@@ -65,17 +66,21 @@ type Options struct {
 	MetricsInsecure bool
 	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint;
 	// empty makes a self-signed certificate at start.
-	MetricsCertDir          string
-	ProbeAddr               string
-	WebhookHost             string
-	WebhookPort             int
-	CertDir                 string
+	MetricsCertDir string
+	ProbeAddr      string
+	WebhookHost    string
+	WebhookPort    int
+	CertDir        string
 	// WebhookClientCAFile makes the webhook server require a client
 	// certificate signed by these CAs (the API server's; docs/install.md).
 	WebhookClientCAFile string
+	// GuardedResources are the kinds the guard webhooks are configured
+	// for: the only kinds whose objects a scale review makes the manager
+	// read.
+	GuardedResources []schema.GroupResource
 	// WebhookLimits bound the webhook server; webhookserver.DefaultLimits
 	// when zero.
-	WebhookLimits webhookserver.Limits
+	WebhookLimits           webhookserver.Limits
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	ExpiryGrace             time.Duration
@@ -192,7 +197,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the permit webhook: %w", err)
 	}
 	(&webhook.Guard{Clock: o.Clock}).SetupWithManager(mgr)
-	if err := (&webhook.Subresources{}).SetupWithManager(mgr); err != nil {
+	if err := (&webhook.Subresources{Guarded: o.GuardedResources}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the guard webhook of subresources: %w", err)
 	}
 	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock, Grace: o.ExpiryGrace}); err != nil {

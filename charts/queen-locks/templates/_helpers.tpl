@@ -26,3 +26,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "queen-locks.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
+
+{{/*
+The kinds the guard webhooks are configured for, as the manager's
+--guarded-resources takes them: resource, or resource.group.
+*/}}
+{{- define "queen-locks.guardedResources" -}}
+{{- $out := list -}}
+{{- if .Values.guard.enabled -}}
+{{- range .Values.guard.rules -}}
+{{- $groups := .apiGroups -}}
+{{- range .resources -}}
+{{- $r := . -}}
+{{- range $groups -}}
+{{- $out = append $out (ternary $r (printf "%s.%s" $r .) (eq . "")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join "," (uniq $out) -}}
+{{- end -}}

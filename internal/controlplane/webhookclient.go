@@ -44,7 +44,7 @@ func webhookClient(dir string) (configFile, caFile string, cert tls.Certificate,
 	kubeconfigFile := filepath.Join(dir, "webhook-client.kubeconfig")
 	plugin := func(name string) map[string]any {
 		return map[string]any{"name": name, "configuration": map[string]any{
-			"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmission", "kubeConfigFile": kubeconfigFile}}
+			"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration", "kubeConfigFile": kubeconfigFile}}
 	}
 	admission := map[string]any{
 		"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",

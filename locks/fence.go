@@ -32,16 +32,20 @@ var DefaultGuardedResources = []schema.GroupVersionResource{
 // only ever raises a record.
 type Fence struct {
 	Meta metadata.Interface
-	// Resources are the guarded kinds; DefaultGuardedResources when empty.
+	// Resources are the guarded kinds: DefaultGuardedResources when nil,
+	// none when empty (an installation without the guard webhook).
 	Resources []schema.GroupVersionResource
 }
 
 func (f *Fence) resources() []schema.GroupVersionResource {
-	if len(f.Resources) == 0 {
+	if f.Resources == nil {
 		return DefaultGuardedResources
 	}
 	return f.Resources
 }
+
+// Kinds are the guarded kinds the fence raises objects of.
+func (f *Fence) Kinds() []schema.GroupVersionResource { return f.resources() }
 
 // Bound lists the objects bound to slot of lock in ns, one consistent,
 // metadata-only list per guarded kind, selected by permit.SlotLabel. The

@@ -71,10 +71,14 @@ func (a *GatedPods) Handle(ctx context.Context, req admission.Request) admission
 	if sa == "" {
 		sa = "default"
 	}
+	// The refusal names every right holding takes, not the one missing:
+	// the pod's creator needs no more to fix it, and a review sent
+	// straight to the webhook port (which can name any ServiceAccount)
+	// learns only whether it may hold locks.
 	if missing, err := gatedpod.Entitled(ctx, a.Core, ns, sa); err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err))
+		return unavailable(ctx, "the rights of the pod's ServiceAccount", err)
 	} else if missing != "" {
-		return admission.Denied(fmt.Sprintf("ServiceAccount %q of namespace %q may not %s queenlocks.%s in %q, which holding a lock takes; bind it to the queen-locks-holder ClusterRole in that namespace", sa, ns, missing, locksv1alpha1.GroupVersion.Group, ns))
+		return admission.Denied(fmt.Sprintf("ServiceAccount %q of namespace %q may not hold locks there (create, update and delete on queenlocks.%s); bind it to the queen-locks-holder ClusterRole in that namespace", sa, ns, locksv1alpha1.GroupVersion.Group))
 	}
 	return admission.Patched("gated", gatePatch(&pod, a.Clock.Now())...)
 }

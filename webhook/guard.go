@@ -286,7 +286,7 @@ func (g *Guard) current(ctx context.Context, ns, raw string, guard permit.Guard)
 	case apierrors.IsNotFound(err):
 		return guardDenied(raw, fmt.Sprintf("lock %q slot %d is free in namespace %s: nobody holds it", guard.Lock, guard.Slot, ns)), false
 	case err != nil:
-		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading the permit of lock %q: %w", guard.Lock, err)), false
+		return unavailable(ctx, fmt.Sprintf("the permit of lock %q", guard.Lock), err), false
 	}
 	current, err := permit.Token(p.ResourceVersion)
 	if err != nil {
@@ -354,10 +354,10 @@ func (g *Guard) validateDelete(ctx context.Context, req admission.Request, old m
 	case err == nil && (ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating):
 		return admission.Allowed("the namespace is being deleted")
 	case err != nil && !apierrors.IsNotFound(err):
-		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w", req.Namespace, err))
+		return unavailable(ctx, "the namespace", err)
 	}
 	if allowed, err := g.mayOverride(ctx, req); err != nil {
-		return admission.Errored(http.StatusServiceUnavailable, err)
+		return unavailable(ctx, "the override right", err)
 	} else if allowed {
 		return admission.Allowed("administrator override")
 	}
@@ -383,7 +383,7 @@ func (g *Guard) override(ctx context.Context, req admission.Request) (resp admis
 	allowed, err := g.mayOverride(ctx, req)
 	switch {
 	case err != nil:
-		return admission.Errored(http.StatusServiceUnavailable, err), false
+		return unavailable(ctx, "the override right", err), false
 	case !allowed:
 		return guardDenied("", fmt.Sprintf("annotation %s: user %q may not %s %s.%s in namespace %s",
 			permit.OverrideAnnotation, req.UserInfo.Username, OverrideVerb, OverrideResource, locksv1alpha1.GroupVersion.Group, req.Namespace)), false

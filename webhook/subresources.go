@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,12 @@ type Subresources struct {
 	// Meta reads the parent object of a scale write, whose labels the
 	// request does not carry.
 	Meta metadata.Interface
+	// Guarded are the kinds the guard webhooks are configured for
+	// (--guarded-resources). A scale write of any other kind is refused
+	// without a read: the API server never sends one, and a review sent
+	// straight to the webhook port must not make the manager read (and
+	// tell the existence of) an object no guard needs, a Secret or a pod.
+	Guarded []schema.GroupResource
 }
 
 // SetupWithManager registers the webhook on the manager's webhook server.
@@ -65,9 +72,17 @@ func (s *Subresources) Handle(ctx context.Context, req admission.Request) admiss
 		}
 	case "scale":
 		gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+		// ConfigMaps and Secrets have no scale subresource: a review that
+		// says otherwise is forged, and is answered without a read.
+		if gvr.Group == "" && (gvr.Resource == "configmaps" || gvr.Resource == "secrets") {
+			return admission.Denied(fmt.Sprintf("%s have no scale subresource", gvr.Resource))
+		}
+		if !slices.Contains(s.Guarded, gvr.GroupResource()) {
+			return admission.Denied(fmt.Sprintf("scale writes of %s are sent to the guard webhook, but the manager does not guard that kind: name it in --guarded-resources (the chart's guard.rules) or take it out of the webhook configuration", gvr.GroupResource()))
+		}
 		m, err := s.Meta.Resource(gvr).Namespace(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
 		if err != nil {
-			return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading %s %s/%s to tell whether it is guarded: %w", gvr.Resource, req.Namespace, req.Name, err))
+			return unavailable(ctx, "the object whose scale is written", err)
 		}
 		parent = m.ObjectMeta
 	default:

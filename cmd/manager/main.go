@@ -13,6 +13,7 @@ import (
 	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/internal/webhookserver"
 )
 
 func main() {
@@ -46,6 +47,18 @@ func main() {
 	flag.IntVar(&o.MaxWaiters, "route-max-waiters", 0, "Most acquires waiting for a slot (waitSeconds) at once; past it an acquire answers at once, as without a wait. 0: half of --route-max-calls.")
 	flag.IntVar(&l.MaxCallsPerCaller, "route-max-calls-per-caller", l.MaxCallsPerCaller, "Most calls in progress of one caller; more are answered 429.")
 	flag.Int64Var(&l.MaxBodyMemory, "route-max-body-memory", l.MaxBodyMemory, "Most bytes of call bodies held at once; a call whose body does not fit is answered 429.")
+	wl := webhookserver.DefaultLimits()
+	flag.StringVar(&o.WebhookClientCAFile, "webhook-client-ca-file", "", "PEM file of the CAs whose client certificates the webhook server accepts; when set, connections without such a certificate are refused at TLS. Give it the CA of the certificate the API server presents to webhooks (docs/install.md).")
+	flag.DurationVar(&wl.ReadHeaderTimeout, "webhook-read-header-timeout", wl.ReadHeaderTimeout, "Longest time for the TLS handshake and a review's headers.")
+	flag.DurationVar(&wl.ReadTimeout, "webhook-read-timeout", wl.ReadTimeout, "Longest time to read a whole review, headers and body.")
+	flag.DurationVar(&wl.WriteTimeout, "webhook-write-timeout", wl.WriteTimeout, "Longest time from a review's headers to the end of its answer.")
+	flag.DurationVar(&wl.IdleTimeout, "webhook-idle-timeout", wl.IdleTimeout, "Longest time a kept-alive connection waits for its next review.")
+	flag.IntVar(&wl.MaxHeaderBytes, "webhook-max-header-bytes", wl.MaxHeaderBytes, "Largest headers of a review.")
+	flag.IntVar(&wl.MaxConnections, "webhook-max-connections", wl.MaxConnections, "Most open connections to the webhook server (each carries one review at a time); more wait to be accepted.")
+	flag.IntVar(&wl.MaxConnectionsPerSource, "webhook-max-connections-per-source", wl.MaxConnectionsPerSource, "Most open connections to the webhook server from one address; more are closed at once.")
+	flag.Int64Var(&wl.MaxBody, "webhook-max-body", wl.MaxBody, "Largest review read, in bytes; a larger one is answered 413 unread. The default fits two objects of the largest the API server accepts (3 MiB each, JSON) and their envelope.")
+	flag.Int64Var(&wl.MaxBodyMemory, "webhook-max-body-memory", wl.MaxBodyMemory, "Most bytes of review bodies above 64 KiB held at once; a review that does not fit is answered 429.")
+	flag.Int64Var(&wl.MaxBodyMemoryPerSource, "webhook-max-body-memory-per-source", wl.MaxBodyMemoryPerSource, "Most bytes of review bodies above 64 KiB held at once from one address without a verified client certificate; more are answered 429.")
 	zopts := zap.Options{}
 	guarded := flag.String("guarded-resources", "configmaps/v1,secrets/v1", "Comma-separated kinds the guard webhook is configured for, as resource[.group]/version (deployments.apps/v1): every acquire raises the fence of the objects of these kinds bound to its slot before it answers. The chart sets it from guard.rules.")
 	zopts.BindFlags(flag.CommandLine)
@@ -56,6 +69,7 @@ func main() {
 		}
 	}
 	o.RouteLimits = l
+	o.WebhookLimits = wl
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("setup")
 	var err error

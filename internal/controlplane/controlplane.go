@@ -7,6 +7,7 @@ package controlplane
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -77,6 +79,13 @@ type Options struct {
 	// unless ManagerConfig says otherwise): the policies know the manager
 	// by that identity.
 	GatedPods bool
+	// NoWebhookClientCert runs the manager's webhook server without
+	// requiring kube-apiserver's client certificate (kube-apiserver still
+	// presents it), as a cluster that cannot give it one does.
+	NoWebhookClientCert bool
+	// GuardedResources are the manager's --guarded-resources: configmaps
+	// and secrets, as the chart's default, when nil.
+	GuardedResources []schema.GroupVersionResource
 	// RouteAddr, Auth and DefaultNamespace run the HTTP route in the manager.
 	RouteAddr        string
 	Auth             string
@@ -93,6 +102,11 @@ type Env struct {
 	// Grace is the manager's expiry grace: a takeover is admitted, and the
 	// controller deletes, only this long after a permit's expireTime.
 	Grace time.Duration
+	// WebhookClientCAFile is the CA of the client certificate kube-apiserver
+	// presents to webhooks (WebhookClientCert): what a manager's
+	// --webhook-client-ca-file names.
+	WebhookClientCAFile string
+	WebhookClientCert   tls.Certificate
 	// Waker wakes waiting acquires of the routes started here.
 	Waker *waiters.Hub
 	// managerConfig is the manager's client configuration: the admin's,
@@ -104,6 +118,7 @@ type Env struct {
 	managerCreatesPolicy bool
 	stop                 context.CancelFunc
 	done                 chan struct{}
+	webhookClientDir     string
 	err                  error
 }
 
@@ -128,6 +143,16 @@ func Start(o Options) (*Env, error) {
 	// longer than envtest's 20 s default to start or stop, and a stop that
 	// times out leaves the processes behind.
 	te := &envtest.Environment{ControlPlaneStartTimeout: time.Minute, ControlPlaneStopTimeout: time.Minute}
+	clientDir, err := os.MkdirTemp("", "queen-locks-webhook-client-")
+	if err != nil {
+		return nil, err
+	}
+	admissionConfig, clientCA, clientCert, err := webhookClient(clientDir)
+	if err != nil {
+		_ = os.RemoveAll(clientDir)
+		return nil, fmt.Errorf("making kube-apiserver's webhook client certificate: %w", err)
+	}
+	te.ControlPlane.GetAPIServer().Configure().Set("admission-control-config-file", admissionConfig)
 	for name, value := range o.APIServerFlags {
 		te.ControlPlane.GetAPIServer().Configure().Set(name, value)
 	}
@@ -146,11 +171,13 @@ func Start(o Options) (*Env, error) {
 		// Start can fail after etcd and kube-apiserver are up (say, a CRD the
 		// API server refuses): stop them rather than leave them behind.
 		_ = te.Stop()
+		_ = os.RemoveAll(clientDir)
 		return nil, fmt.Errorf("starting the control plane (is bin/ built? run 'make tools'): %w", err)
 	}
-	e := &Env{Env: te, Config: cfg}
+	e := &Env{Env: te, Config: cfg, WebhookClientCAFile: clientCA, WebhookClientCert: clientCert, webhookClientDir: clientDir}
 	fail := func(err error) (*Env, error) {
 		_ = te.Stop()
+		_ = os.RemoveAll(clientDir)
 		return nil, err
 	}
 	if e.Client, err = client.New(cfg, client.Options{Scheme: manager.Scheme}); err != nil {
@@ -194,16 +221,22 @@ func Start(o Options) (*Env, error) {
 	}
 	e.managerConfig = mcfg
 	wo := te.WebhookInstallOptions
+	webhookCA := clientCA
+	if o.NoWebhookClientCert {
+		webhookCA = ""
+	}
 	mgr, err := manager.New(mcfg, manager.Options{
-		MetricsAddr: cmp.Or(o.MetricsAddr, "0"),
-		ProbeAddr:   "0",
-		WebhookHost: wo.LocalServingHost,
-		WebhookPort: wo.LocalServingPort,
-		CertDir:     wo.LocalServingCertDir,
-		ExpiryGrace: o.ExpiryGrace,
-		NoExpiry:    o.NoExpiry,
-		GatedPods:   o.GatedPods,
-		Clock:       o.Clock,
+		MetricsAddr:         cmp.Or(o.MetricsAddr, "0"),
+		ProbeAddr:           "0",
+		WebhookHost:         wo.LocalServingHost,
+		WebhookPort:         wo.LocalServingPort,
+		CertDir:             wo.LocalServingCertDir,
+		ExpiryGrace:         o.ExpiryGrace,
+		WebhookClientCAFile: webhookCA,
+		GuardedResources:    o.GuardedResources,
+		NoExpiry:            o.NoExpiry,
+		GatedPods:           o.GatedPods,
+		Clock:               o.Clock,
 
 		SkipNameValidation:      true,
 		LeaderElect:             o.LeaderElectionNamespace != "",
@@ -307,6 +340,7 @@ func (e *Env) StopManager() {
 func (e *Env) Stop() error {
 	e.stop()
 	<-e.done
+	defer os.RemoveAll(e.webhookClientDir)
 	return e.Env.Stop()
 }
 

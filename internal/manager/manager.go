@@ -31,12 +31,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/controllers"
 	"github.com/queen-locks/queen-locks/controllers/gate"
 	"github.com/queen-locks/queen-locks/internal/route"
+	"github.com/queen-locks/queen-locks/internal/webhookserver"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/locks/waiters"
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
@@ -67,11 +67,17 @@ type Options struct {
 	MetricsInsecure bool
 	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint;
 	// empty makes a self-signed certificate at start.
-	MetricsCertDir          string
-	ProbeAddr               string
-	WebhookHost             string
-	WebhookPort             int
-	CertDir                 string
+	MetricsCertDir string
+	ProbeAddr      string
+	WebhookHost    string
+	WebhookPort    int
+	CertDir        string
+	// WebhookClientCAFile makes the webhook server require a client
+	// certificate signed by these CAs (the API server's; docs/install.md).
+	WebhookClientCAFile string
+	// WebhookLimits bound the webhook server; webhookserver.DefaultLimits
+	// when zero.
+	WebhookLimits           webhookserver.Limits
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	ExpiryGrace             time.Duration
@@ -106,9 +112,10 @@ type Options struct {
 	// admission policies are installed with it (the chart's
 	// gatedPods.enabled).
 	GatedPods bool
-	// GuardedResources are the kinds the guard webhook is configured for
+	// GuardedResources are the kinds the guard webhooks are configured for
 	// (the chart's guard.rules): every acquire raises the fence of the
-	// slot's bound objects of these kinds. locks.DefaultGuardedResources
+	// slot's bound objects of these kinds, and a scale review of any other
+	// kind is refused without a read. locks.DefaultGuardedResources
 	// when empty.
 	GuardedResources []schema.GroupVersionResource
 }
@@ -117,8 +124,9 @@ type Options struct {
 
 // ParseGuardedResources reads --guarded-resources: comma-separated
 // resource[.group]/version, as configmaps/v1 or deployments.apps/v1.
+// An empty s guards nothing (the chart without the guard webhook).
 func ParseGuardedResources(s string) ([]schema.GroupVersionResource, error) {
-	var out []schema.GroupVersionResource
+	out := []schema.GroupVersionResource{}
 	for _, item := range strings.Split(s, ",") {
 		if item = strings.TrimSpace(item); item == "" {
 			continue
@@ -159,11 +167,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	hooks, err := webhookserver.New(webhookserver.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+		ClientCAFile: o.WebhookClientCAFile, Limits: o.WebhookLimits, Log: ctrl.Log.WithName("webhook-server")})
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme,
 		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.ProbeAddr,
-		WebhookServer:           ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir}),
+		WebhookServer:           hooks,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "queen-locks-expiry.locks.queen.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
@@ -225,7 +238,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := (&webhook.Guard{Clock: o.Clock, Fence: fence}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the guard webhook: %w", err)
 	}
-	if err := (&webhook.Subresources{}).SetupWithManager(mgr); err != nil {
+	if err := (&webhook.Subresources{Guarded: groupResources(fence.Kinds())}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the guard webhook of subresources: %w", err)
 	}
 	if err := metrics.Registry.Register(&controllers.HeldCollector{Reader: mgr.GetCache(), Clock: o.Clock, Grace: o.ExpiryGrace}); err != nil {
@@ -358,4 +371,13 @@ func metricsOptions(o Options) metricsserver.Options {
 		CertDir:        o.MetricsCertDir,
 		FilterProvider: filters.WithAuthenticationAndAuthorization,
 	}
+}
+
+// groupResources are the kinds of resources, without their versions.
+func groupResources(rs []schema.GroupVersionResource) []schema.GroupResource {
+	out := make([]schema.GroupResource, len(rs))
+	for i, r := range rs {
+		out[i] = r.GroupResource()
+	}
+	return out
 }

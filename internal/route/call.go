@@ -95,7 +95,7 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, caller Caller)
 	if size < 0 {
 		size = MaxBody
 	}
-	release, ok := s.adm.holdBody(caller.Username, s.reviews != nil, size)
+	release, ok := s.adm.holdBody(caller.Username, caller.Namespace, sourceOf(r.RemoteAddr), s.reviews != nil, size)
 	if !ok {
 		refused.WithLabelValues("body_memory").Inc()
 		s.cfg.Log.Info("refused a call: the route holds as many bodies as it may", "caller", caller.Username, "remote", r.RemoteAddr)

@@ -128,6 +128,11 @@ type admission struct {
 	unprovenBodies          counts
 	unprovenLargeBodies     counts
 	proven                  provenCallers
+	// The bytes of bodies above SmallBody held per caller, per namespace
+	// of callers and per source, so that a few callers, even proven ones,
+	// hold a share of bodies and not all of them.
+	perCallerBytes, perNamespaceBytes, perSourceBytes byteCounts
+	perCallerMost, perNamespaceMost, perSourceMost    int64
 
 	mu      sync.Mutex
 	calls   int
@@ -138,7 +143,8 @@ type admission struct {
 func newAdmission(l Limits) *admission {
 	return &admission{max: l.MaxCalls, perCaller: l.MaxCallsPerCaller, perSource: l.MaxCallsPerSource, bodies: semaphore.NewWeighted(l.MaxBodyMemory),
 		unproven: semaphore.NewWeighted(max(l.MaxBodyMemory/4, MaxBody)), unprovenLarge: semaphore.NewWeighted(max(l.MaxBodyMemory/4, MaxBody)),
-		decoding: semaphore.NewWeighted(1)}
+		decoding:      semaphore.NewWeighted(1),
+		perCallerMost: max(l.MaxBodyMemory/16, MaxBody), perNamespaceMost: max(l.MaxBodyMemory/8, MaxBody), perSourceMost: max(l.MaxBodyMemory/8, MaxBody)}
 }
 
 // enter admits one call, or answers false when MaxCalls are in progress.
@@ -198,26 +204,44 @@ func (c *counts) enter(key string, most int) (leave func(), ok bool) {
 	}), true
 }
 
-// holdBody reserves memory for a body of n bytes for caller, or answers
+// holdBody reserves memory for a body of n bytes for caller (of
+// ServiceAccount namespace ns, "" for other users) from source, or answers
 // false when it does not fit now.
 //
-// A body is held before the call can be authorized (the namespace and the
-// operations are in it), so a caller with a valid token and no rights at
-// all would otherwise hold memory as any holder does: a few such
+// A body of at most SmallBody (a renew, a release, a get: what a holder
+// needs to keep its lock) is never refused for memory: MaxCalls bound how
+// many are held, so they can take at most MaxCalls*SmallBody, and no
+// caller holding larger bodies can turn a holder's renew away.
+//
+// A larger body is held before the call can be authorized (the namespace
+// and the operations are in it), so a caller with a valid token and no
+// rights at all would otherwise hold memory as any holder does: a few such
 // identities, each sending Content-Lengths they never send, could hold
 // every byte. Callers whose rights this replica has seen (an authorized
-// call in the last provenFor) draw from the whole budget. Every other
-// authenticated caller draws apart: a body of up to LargeBody (any lock
-// call of 64 plain operations) from a quarter of the budget, at most
-// unprovenPerCaller at once per caller, so that filling it takes hundreds
-// of identities; a larger body from another quarter, one at a time per
-// caller. Callers without rights then take memory only from each other,
-// and a new caller's ordinary first call, or a caller that last called
-// the other replica, is not refused because of them. Without auth
-// (--auth=none) every call is the manager's own.
-func (a *admission) holdBody(caller string, authenticated bool, n int64) (release func(), ok bool) {
-	if !authenticated || a.proven.has(caller) {
+// call in the last provenFor) draw from the whole budget, at most a
+// sixteenth of it per caller and an eighth per namespace and per source:
+// a caller proven in its own namespace, or four of them in four, hold at
+// most a quarter. Every other authenticated caller draws apart: a body of
+// up to LargeBody (any lock call of 64 plain operations) from a quarter of
+// the budget, at most unprovenPerCaller at once per caller, so that
+// filling it takes hundreds of identities; a larger body from another
+// quarter, one at a time per caller. Callers without rights then take
+// memory only from each other, and a new caller's ordinary first call, or
+// a caller that last called the other replica, is not refused because of
+// them. Without auth (--auth=none) every call is the manager's own.
+func (a *admission) holdBody(caller, ns, source string, authenticated bool, n int64) (release func(), ok bool) {
+	if n <= SmallBody {
+		return func() {}, true
+	}
+	if !authenticated {
 		return hold(a.bodies, n, nil)
+	}
+	if a.proven.has(caller) {
+		leave, ok := a.shares(caller, ns, source, n)
+		if !ok {
+			return nil, false
+		}
+		return hold(a.bodies, n, leave)
 	}
 	if n <= LargeBody {
 		leave, ok := a.unprovenBodies.enter(caller, unprovenPerCaller)
@@ -231,6 +255,65 @@ func (a *admission) holdBody(caller string, authenticated bool, n int64) (releas
 		return nil, false
 	}
 	return hold(a.unprovenLarge, n, leave)
+}
+
+// shares takes n bytes from the caller's, its namespace's and its
+// source's shares, or none of them.
+func (a *admission) shares(caller, ns, source string, n int64) (leave func(), ok bool) {
+	var taken []func()
+	undo := func() {
+		for _, f := range taken {
+			f()
+		}
+	}
+	for _, s := range []struct {
+		c    *byteCounts
+		key  string
+		most int64
+	}{{&a.perCallerBytes, caller, a.perCallerMost}, {&a.perNamespaceBytes, ns, a.perNamespaceMost}, {&a.perSourceBytes, source, a.perSourceMost}} {
+		if s.key == "" {
+			continue
+		}
+		f, ok := s.c.take(s.key, n, s.most)
+		if !ok {
+			undo()
+			return nil, false
+		}
+		taken = append(taken, f)
+	}
+	return sync.OnceFunc(undo), true
+}
+
+// SmallBody is the size up to which a call's body is never refused for
+// memory: a call of a few renews or releases with names and owners of the
+// longest fits.
+const SmallBody = 4 << 10
+
+// byteCounts keeps the bytes held per key, and keeps a key only while
+// something of it is held. The zero value is ready.
+type byteCounts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// take adds w to key, or answers false when that would pass most.
+func (c *byteCounts) take(key string, w, most int64) (leave func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	if c.n[key]+w > most {
+		return nil, false
+	}
+	c.n[key] += w
+	return sync.OnceFunc(func() {
+		c.mu.Lock()
+		if c.n[key] -= w; c.n[key] <= 0 {
+			delete(c.n, key)
+		}
+		c.mu.Unlock()
+	}), true
 }
 
 // unprovenPerCaller is how many small bodies a caller not yet authorized

@@ -56,19 +56,28 @@ func slowCall(t *testing.T, url, token string, length int) net.Conn {
 // holdRoom makes a slow call that the route has admitted: once it holds its
 // room, a get from probe, which applies nothing, is refused. A slow call
 // that lost the race to a probe is refused itself, and made again.
-func holdRoom(t *testing.T, url, token string, length int, probe string) net.Conn {
+func holdRoom(t *testing.T, url, token string, length int, probe string, pad bool) net.Conn {
 	t.Helper()
 	for range 50 {
 		base := testutil.ToFloat64(route.CallsInFlight)
 		conn := slowCall(t, url, token, length)
 		awaitInFlight(t, base, 1)
-		if code, _ := call(t, url, probe, body("", `{"op":"get","name":"probe"}`)); code == http.StatusTooManyRequests {
+		if code, _ := call(t, url, probe, padded(body("", `{"op":"get","name":"probe"}`), pad)); code == http.StatusTooManyRequests {
 			return conn
 		}
 		conn.Close()
 	}
 	t.Fatal("the slow call never held its room")
 	return nil
+}
+
+// padded makes a call's body larger than route.SmallBody, when pad, with
+// white space after it.
+func padded(b string, pad bool) string {
+	if !pad {
+		return b
+	}
+	return b + strings.Repeat(" ", 2*route.SmallBody)
 }
 
 // awaitInFlight waits until n more calls than base are in progress.
@@ -99,9 +108,9 @@ func TestBeyondTheLimitsIs429AndAppliesNothing(t *testing.T) {
 		t.Cleanup(stop)
 		return url
 	}
-	refused := func(t *testing.T, url, tok, lock string) {
+	refused := func(t *testing.T, url, tok, lock string, pad bool) {
 		t.Helper()
-		resp, out := post(t, url, bearer("Bearer", tok), body("", acquire(lock, "o", 30, 0)))
+		resp, out := post(t, url, bearer("Bearer", tok), padded(body("", acquire(lock, "o", 30, 0)), pad))
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
 			t.Fatalf("answered %d (Retry-After %q): %v", resp.StatusCode, resp.Header.Get("Retry-After"), out)
 		}
@@ -135,10 +144,13 @@ func TestBeyondTheLimitsIs429AndAppliesNothing(t *testing.T) {
 					t.Fatalf("answered %d: %v", code, out)
 				}
 			}
-			conn := holdRoom(t, url, a, c.length, c.refused[0])
+			// A body of up to route.SmallBody is never refused for
+			// memory: the body memory case refuses larger ones.
+			pad := c.name == "body memory"
+			conn := holdRoom(t, url, a, c.length, c.refused[0], pad)
 			defer conn.Close()
 			for j, tok := range c.refused {
-				refused(t, url, tok, fmt.Sprintf("refused-%d-%d", i, j))
+				refused(t, url, tok, fmt.Sprintf("refused-%d-%d", i, j), pad)
 			}
 			for j, tok := range c.allowed {
 				lock := fmt.Sprintf("allowed-%d-%d", i, j)
@@ -381,7 +393,9 @@ func TestAnAttackDoesNotStarveOthers(t *testing.T) {
 	defer func() { stopAttack(); wg.Wait() }()
 
 	// The attack is on once the slow bodies are being read.
-	awaitInFlight(t, base, 30)
+	// All the attackers call from loopback, one source: the route holds an
+	// eighth of its body memory for it, 8 bodies of 1 MiB.
+	awaitInFlight(t, base, 8)
 	const bound = time.Second
 	legitClient := &http.Client{Timeout: 30 * time.Second}
 	// Rounds go on until many large bodies have been answered, so the

@@ -77,9 +77,22 @@ func (ca *CA) Serving(hosts ...string) (cert tls.Certificate, certPEM, keyPEM []
 	if len(hosts) == 0 {
 		return tls.Certificate{}, nil, nil, errors.New("a serving certificate needs at least one host")
 	}
+	return ca.leaf(hosts[0], x509.ExtKeyUsageServerAuth, hosts)
+}
+
+// ClientCert makes a client certificate for name (its CommonName) signed
+// by the CA, as PEM of the certificate and of its key: what the API server
+// presents to webhooks when its admission configuration gives it one.
+func (ca *CA) ClientCert(name string) (certPEM, keyPEM []byte, err error) {
+	_, certPEM, keyPEM, err = ca.leaf(name, x509.ExtKeyUsageClientAuth, nil)
+	return certPEM, keyPEM, err
+}
+
+// leaf makes a certificate for name, with usage, for hosts, signed by the CA.
+func (ca *CA) leaf(name string, usage x509.ExtKeyUsage, hosts []string) (cert tls.Certificate, certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, nil, nil, fmt.Errorf("generating the serving key: %w", err)
+		return tls.Certificate{}, nil, nil, fmt.Errorf("generating the key of %s: %w", name, err)
 	}
 	serial, err := serialNumber()
 	if err != nil {
@@ -87,9 +100,9 @@ func (ca *CA) Serving(hosts ...string) (cert tls.Certificate, certPEM, keyPEM []
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: hosts[0]},
+		SerialNumber: serial, Subject: pkix.Name{CommonName: name},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validity),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -100,11 +113,11 @@ func (ca *CA) Serving(hosts ...string) (cert tls.Certificate, certPEM, keyPEM []
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return tls.Certificate{}, nil, nil, fmt.Errorf("signing the serving certificate for %v: %w", hosts, err)
+		return tls.Certificate{}, nil, nil, fmt.Errorf("signing the certificate of %s: %w", name, err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return tls.Certificate{}, nil, nil, fmt.Errorf("encoding the serving key: %w", err)
+		return tls.Certificate{}, nil, nil, fmt.Errorf("encoding the key of %s: %w", name, err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),

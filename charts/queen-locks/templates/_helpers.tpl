@@ -33,6 +33,7 @@ resource[.group]/version, comma-separated.
 */}}
 {{- define "queen-locks.guardedResources" -}}
 {{- $out := list -}}
+{{- if .Values.guard.enabled -}}
 {{- range .Values.guard.rules -}}
 {{- $rule := . -}}
 {{- range $rule.apiGroups -}}{{- $group := . -}}
@@ -40,5 +41,6 @@ resource[.group]/version, comma-separated.
 {{- range $rule.resources -}}
 {{- $out = append $out (printf "%s%s/%s" . (ternary "" (printf ".%s" $group) (eq $group "")) $version) -}}
 {{- end -}}{{- end -}}{{- end -}}{{- end -}}
-{{- join "," $out -}}
+{{- end -}}
+{{- join "," (uniq $out) -}}
 {{- end -}}

@@ -18,11 +18,11 @@ var assets embed.FS
 // from anywhere else and may not be framed; nothing is cached, since the
 // rows carry tokens; and no Referer ever carries the URL's secret away.
 var headers = map[string]string{
-	"Cache-Control":           "no-store",
-	"Pragma":                  "no-cache",
-	"Referrer-Policy":         "no-referrer",
-	"X-Content-Type-Options":  "nosniff",
-	"X-Frame-Options":         "DENY",
+	"Cache-Control":                "no-store",
+	"Pragma":                       "no-cache",
+	"Referrer-Policy":              "no-referrer",
+	"X-Content-Type-Options":       "nosniff",
+	"X-Frame-Options":              "DENY",
 	"Cross-Origin-Opener-Policy":   "same-origin",
 	"Cross-Origin-Resource-Policy": "same-origin",
 	"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +

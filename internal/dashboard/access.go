@@ -63,7 +63,7 @@ func (s *Server) watchAccess(ctx context.Context) {
 				keys[s.hub.scope] = nil
 			}
 		}
-		a := access{Namespaces: map[string]bool{}, Permits: map[string]bool{}}
+		a := access{Checked: true, Namespaces: map[string]bool{}, Permits: map[string]bool{}}
 		for ns, names := range keys {
 			if may(ns, "") {
 				a.Namespaces[ns] = true

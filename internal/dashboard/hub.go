@@ -39,6 +39,8 @@ type row interface{ key() string }
 // access is what the caller may release: a namespace where deleting any
 // permit is allowed, or single permits where only they are.
 type access struct {
+	// Checked is false until the first reviews have answered.
+	Checked    bool            `json:"checked"`
 	Namespaces map[string]bool `json:"namespaces"`
 	Permits    map[string]bool `json:"permits"` // "namespace/name"
 }

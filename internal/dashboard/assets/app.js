@@ -360,7 +360,9 @@ const sourceText = {
 
 function drawProblems() {
   const items = [];
-  for (const s of [...state.sources.values()].sort((a, b) => (a.source < b.source ? -1 : 1))) {
+  // Permits first: without them the page shows nothing at all.
+  const rank = (s) => (s.kind === "permit" ? 0 : s.kind === "waiter" ? 1 : 2);
+  for (const s of [...state.sources.values()].sort((a, b) => rank(a) - rank(b) || (a.source < b.source ? -1 : 1))) {
     if (s.state === "live") continue;
     const li = el("li", null, el("span", { class: "marker", text: s.state }), " ", sourceText[s.state] ? sourceText[s.state](s) : `${s.source}: ${s.state}`);
     li.dataset.source = s.source;

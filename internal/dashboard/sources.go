@@ -157,6 +157,7 @@ func (src *source) run(ctx context.Context, h *hub) {
 	h.setStatus(status{Source: src.name, Kind: src.kind, State: stateConnecting})
 	backoff := time.Second
 	for ctx.Err() == nil {
+		listed := time.Now()
 		rv, err := src.relist(ctx, h)
 		if err == nil {
 			backoff = time.Second
@@ -164,6 +165,15 @@ func (src *source) run(ctx context.Context, h *hub) {
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if err == nil && time.Since(listed) < time.Second {
+			// Lists as fast as watches end would hammer the API server
+			// that ends them: at most one a second.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
 		if err != nil {
 			st := status{Source: src.name, Kind: src.kind, State: stateBroken, Message: err.Error()}
@@ -221,9 +231,17 @@ func (src *source) follow(ctx context.Context, h *hub, rv string) error {
 			}
 			return fmt.Errorf("watching %s: %w", src.name, err)
 		}
-		rv, err = src.drain(ctx, h, w, rv)
+		var n int
+		rv, n, err = src.drain(ctx, h, w, rv)
 		w.Stop()
 		if errors.Is(err, errRelist) {
+			return nil
+		}
+		if err == nil && n == 0 && ctx.Err() == nil {
+			// A watch that ends having sent nothing, not even a bookmark,
+			// is client-go's answer when it could not reach the API server
+			// (an empty watch, no error): a list tells which it was, and
+			// shows the watch broken when it was.
 			return nil
 		}
 		if err != nil {
@@ -235,22 +253,25 @@ func (src *source) follow(ctx context.Context, h *hub, rv string) error {
 	}
 }
 
-func (src *source) drain(ctx context.Context, h *hub, w watch.Interface, rv string) (string, error) {
+// drain applies one watch's events until it ends, and answers the last
+// version seen and how many events came.
+func (src *source) drain(ctx context.Context, h *hub, w watch.Interface, rv string) (last string, n int, err error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return rv, nil
+			return rv, n, nil
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return rv, nil
+				return rv, n, nil
 			}
+			n++
 			switch ev.Type {
 			case watch.Error:
 				err := apierrors.FromObject(ev.Object)
 				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-					return rv, errRelist
+					return rv, n, errRelist
 				}
-				return rv, fmt.Errorf("watching %s: %w", src.name, err)
+				return rv, n, fmt.Errorf("watching %s: %w", src.name, err)
 			case watch.Bookmark:
 				if m, err := meta.Accessor(ev.Object); err == nil {
 					rv = m.GetResourceVersion()
@@ -268,7 +289,7 @@ func (src *source) drain(ctx context.Context, h *hub, w watch.Interface, rv stri
 			}
 			r, err := src.row(ev.Object)
 			if err != nil {
-				return rv, fmt.Errorf("reading %s: %w", src.name, err)
+				return rv, n, fmt.Errorf("reading %s: %w", src.name, err)
 			}
 			if r == nil {
 				h.remove(src.kind, src.keyOf(ev.Object))

@@ -127,7 +127,13 @@ type sse struct {
 
 func openStream(t *testing.T, s *dashboard.Server) *stream {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, s.URL+"events", nil)
+	return openStreamURL(t, s.URL)
+}
+
+// openStreamURL opens the event stream of the page at url.
+func openStreamURL(t *testing.T, url string) *stream {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url+"events", nil)
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -169,6 +175,9 @@ func (st *stream) await(what string, ok func(sse) bool) sse {
 	for {
 		ev := st.next()
 		st.model.apply(ev)
+		if os.Getenv("DASH_DEBUG") != "" {
+			st.t.Logf("%s %.300s", ev.Name, ev.Data)
+		}
 		if ok(ev) {
 			return ev
 		}

@@ -136,6 +136,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusForbidden, "the page's own requests only")
 		return
 	}
+	if r.Method == http.MethodHead {
+		// The stream never ends: a HEAD gets its headers and no more.
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		return
+	}
 	sub, snap, ok := s.hub.subscribe()
 	if !ok {
 		refuse(w, http.StatusServiceUnavailable, "stopping")

@@ -175,7 +175,7 @@ func (st *stream) await(what string, ok func(sse) bool) sse {
 	for {
 		ev := st.next()
 		st.model.apply(ev)
-		if os.Getenv("DASH_DEBUG") != "" {
+		if os.Getenv("QUEEN_LOCKS_TEST_VERBOSE") != "" {
 			st.t.Logf("%s %.300s", ev.Name, ev.Data)
 		}
 		if ok(ev) {

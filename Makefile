@@ -28,7 +28,7 @@ tools: control-plane ## Build every tool the project uses.
 	hack/build-tools.sh golangci-lint hack/lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: handle-deps
-handle-deps: ## Install from Debian's packages (as root) what tests need beyond Go: the Rust, PHP and C++ handles' toolchains, Prometheus, qemu-user-static (one script each under hack/handles).
+handle-deps: ## Install from Debian's packages (as root) what tests need beyond Go: the Rust, PHP and C++ handles' toolchains, Prometheus, qemu-user-static, Chromium (one script each under hack/handles).
 	@for s in hack/handles/*.sh; do bash "$$s"; done
 
 ##@ Generated code

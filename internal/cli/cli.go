@@ -49,6 +49,8 @@ Usage:
   queenlock get NAME
   queenlock list [-o json|table] [--expiry-grace 1s]
                                       (over the Kubernetes API only)
+  queenlock dashboard [--kubeconfig F] [-n NS | -A] [--port P] [--no-open]
+                                      the Locks page on 127.0.0.1, as the kubeconfig's user
 
 Where the locks are, in this order:
   --server URL, or QUEEN_LOCKS_URL   the route, e.g. https://queen-locks.queen-locks.svc:6632
@@ -96,6 +98,8 @@ func Main(ctx context.Context, e Env) int {
 		code, err = guardCmd(e, args)
 	case "acquire", "renew", "release", "get", "list":
 		code, err = scriptCmd(ctx, e, cmd, args)
+	case "dashboard":
+		code, err = dashboardCmd(ctx, e, args)
 	default:
 		err = usageError("unknown command %q", cmd)
 	}

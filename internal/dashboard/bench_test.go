@@ -1,0 +1,129 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/queen-locks/queen-locks/internal/dashboard"
+)
+
+// BenchEnv, set to 1, runs TestPageAtScale: 10,000 held permits, and 100
+// renews a second while the page is open. It is not part of make test (it
+// takes minutes and a loaded machine), and asserts no timing: it reports.
+const BenchEnv = "QUEEN_LOCKS_DASHBOARD_BENCH"
+
+// The page with 10,000 permits: how long until the 10,000th row is
+// rendered, and how far behind the renews it shows at 100 a second.
+func TestPageAtScale(t *testing.T) {
+	if os.Getenv(BenchEnv) != "1" {
+		t.Skip("set " + BenchEnv + "=1 to measure the page at 10,000 permits")
+	}
+	const permits, rate, seconds = 10000, 100, 20
+	b := browser(t)
+	ns := env.Namespace(t, "dash-scale")
+	ctx := context.Background()
+	lc := lockClient()
+	tokens := make([]uint64, permits)
+	var wg sync.WaitGroup
+	errs := make(chan error, permits)
+	work := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				a, err := lc.Acquire(ctx, ns, fmt.Sprintf("job-%05d", i), "bench", 3600, 1)
+				if err != nil || !a.Acquired {
+					errs <- fmt.Errorf("acquire %d: %+v %v", i, a, err)
+					continue
+				}
+				tokens[i] = a.Token
+			}
+		})
+	}
+	start := time.Now()
+	for i := range permits {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("acquired %d permits in %v", permits, time.Since(start).Round(time.Millisecond))
+
+	s := serve(t, env.Config, dashboard.Options{Namespace: ns})
+	page, cancel := chromedp.NewContext(b)
+	t.Cleanup(cancel)
+	run(t, page, chromedp.Navigate("about:blank"))
+	start = time.Now()
+	run(t, page, chromedp.Navigate(s.URL))
+	wait(t, page, "every row", fmt.Sprintf(`document.body.dataset.rendered === "%d" && document.querySelectorAll("#permits tbody tr").length === %d`, permits, permits))
+	render := time.Since(start)
+	t.Logf("rows rendered: %d in %v (from navigation to the last row in the table)", permits, render.Round(time.Millisecond))
+
+	// Each row's token as the page shows it, stamped with this machine's
+	// clock when the page changed it.
+	eval[bool](t, page, `(() => {
+		window.seen = {};
+		new MutationObserver((ms) => { const now = Date.now();
+			for (const m of ms) if (m.attributeName === "data-token") window.seen[m.target.dataset.key + "@" + m.target.dataset.token] = now; })
+			.observe(document.querySelector("#permits tbody"), {attributes: true, subtree: true, attributeFilter: ["data-token"]});
+		return true })()`)
+	type renewed struct {
+		key, token string
+		at         time.Time
+	}
+	var mu sync.Mutex
+	var done []renewed
+	tick := time.NewTicker(time.Second / rate)
+	var rwg sync.WaitGroup
+	for i := range rate * seconds {
+		<-tick.C
+		rwg.Go(func() {
+			n := i % permits
+			mu.Lock()
+			tok := tokens[n]
+			mu.Unlock()
+			r, err := lc.Renew(ctx, ns, fmt.Sprintf("job-%05d", n), 0, tok, "bench", 3600)
+			at := time.Now()
+			if err != nil || !r.Renewed {
+				t.Errorf("renew %d: %+v %v", n, r, err)
+				return
+			}
+			mu.Lock()
+			tokens[n] = r.Token
+			done = append(done, renewed{key: ns + "/" + locksName(n), token: strconv.FormatUint(r.Token, 10), at: at})
+			mu.Unlock()
+		})
+	}
+	tick.Stop()
+	rwg.Wait()
+	// Await the last renews on the page, then read when each showed.
+	last := done[len(done)-1]
+	wait(t, page, "the last renew", fmt.Sprintf(`window.seen[%q] !== undefined`, last.key+"@"+last.token))
+	seen := eval[map[string]float64](t, page, `window.seen`)
+	var lags []time.Duration
+	missed := 0
+	for _, r := range done {
+		ms, ok := seen[r.key+"@"+r.token]
+		if !ok {
+			missed++ // a later renew of the same row came in the same frame
+			continue
+		}
+		lags = append(lags, time.UnixMilli(int64(ms)).Sub(r.at))
+	}
+	sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
+	pct := func(p int) time.Duration { return lags[min(len(lags)-1, len(lags)*p/100)] }
+	t.Logf("renews: %d at %d/s for %ds; shown: %d (%d replaced before drawn); lag from the renew's answer to the row's new token: p50 %v, p99 %v, max %v",
+		len(done), rate, seconds, len(lags), missed, pct(50).Round(time.Millisecond), pct(99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+}
+
+func locksName(i int) string { return fmt.Sprintf("job-%05d.0", i) }

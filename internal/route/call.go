@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/queen-locks/queen-locks/internal/sources"
 	"github.com/queen-locks/queen-locks/routeapi"
 )
 
@@ -30,7 +31,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, start time.Time)
 		return s.busy(w, r, Caller{}, "too_many_calls", fmt.Sprintf("the route has %d calls in progress", s.cfg.Limits.MaxCalls)), Caller{}
 	}
 	defer leave()
-	src := sourceOf(r.RemoteAddr)
+	src := sources.Of(r.RemoteAddr)
 	leaveSource, ok := s.adm.enterSource(src)
 	if !ok {
 		return s.busy(w, r, Caller{}, "too_many_calls_of_source", fmt.Sprintf("%s has %d calls in progress", src, s.cfg.Limits.MaxCallsPerSource)), Caller{}
@@ -95,7 +96,7 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, caller Caller)
 	if size < 0 {
 		size = MaxBody
 	}
-	release, ok := s.adm.holdBody(caller.Username, caller.Namespace, sourceOf(r.RemoteAddr), s.reviews != nil, size)
+	release, ok := s.adm.holdBody(caller.Username, caller.Namespace, sources.Of(r.RemoteAddr), s.reviews != nil, size)
 	if !ok {
 		refused.WithLabelValues("body_memory").Inc()
 		s.cfg.Log.Info("refused a call: the route holds as many bodies as it may", "caller", caller.Username, "remote", r.RemoteAddr)

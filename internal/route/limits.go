@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/queen-locks/queen-locks/internal/sources"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -125,19 +126,19 @@ type admission struct {
 	// unproven and unprovenLarge hold the bodies of callers not yet known
 	// to have any right (see holdBody), apart from bodies.
 	unproven, unprovenLarge *semaphore.Weighted
-	unprovenBodies          counts
-	unprovenLargeBodies     counts
+	unprovenBodies          sources.Tally
+	unprovenLargeBodies     sources.Tally
 	proven                  provenCallers
 	// The bytes of bodies above SmallBody held per caller, per namespace
 	// of callers and per source, so that a few callers, even proven ones,
 	// hold a share of bodies and not all of them.
-	perCallerBytes, perNamespaceBytes, perSourceBytes byteCounts
+	perCallerBytes, perNamespaceBytes, perSourceBytes sources.Tally
 	perCallerMost, perNamespaceMost, perSourceMost    int64
 
 	mu      sync.Mutex
 	calls   int
-	callers counts
-	sources counts
+	callers sources.Tally
+	sources sources.Tally
 }
 
 func newAdmission(l Limits) *admission {
@@ -167,41 +168,13 @@ func (a *admission) enter() (leave func(), ok bool) {
 // enterCaller admits one call of a caller, or answers false when that
 // caller has MaxCallsPerCaller in progress.
 func (a *admission) enterCaller(name string) (leave func(), ok bool) {
-	return a.callers.enter(name, a.perCaller)
+	return a.callers.Enter(name, a.perCaller)
 }
 
 // enterSource admits one call from an address, or answers false when that
 // address has MaxCallsPerSource in progress.
 func (a *admission) enterSource(addr string) (leave func(), ok bool) {
-	return a.sources.enter(addr, a.perSource)
-}
-
-// counts keeps the count of what is in progress per key (a caller, an
-// address), and keeps a key only while something of it is. The zero value
-// is ready.
-type counts struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// enter counts one more of key, or answers false when key has most.
-func (c *counts) enter(key string, most int) (leave func(), ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	if c.n[key] >= most {
-		return nil, false
-	}
-	c.n[key]++
-	return sync.OnceFunc(func() {
-		c.mu.Lock()
-		if c.n[key]--; c.n[key] == 0 {
-			delete(c.n, key)
-		}
-		c.mu.Unlock()
-	}), true
+	return a.sources.Enter(addr, a.perSource)
 }
 
 // holdBody reserves memory for a body of n bytes for caller (of
@@ -244,13 +217,13 @@ func (a *admission) holdBody(caller, ns, source string, authenticated bool, n in
 		return hold(a.bodies, n, leave)
 	}
 	if n <= LargeBody {
-		leave, ok := a.unprovenBodies.enter(caller, unprovenPerCaller)
+		leave, ok := a.unprovenBodies.Enter(caller, unprovenPerCaller)
 		if !ok {
 			return nil, false
 		}
 		return hold(a.unproven, n, leave)
 	}
-	leave, ok := a.unprovenLargeBodies.enter(caller, 1)
+	leave, ok := a.unprovenLargeBodies.Enter(caller, 1)
 	if !ok {
 		return nil, false
 	}
@@ -267,14 +240,14 @@ func (a *admission) shares(caller, ns, source string, n int64) (leave func(), ok
 		}
 	}
 	for _, s := range []struct {
-		c    *byteCounts
+		c    *sources.Tally
 		key  string
 		most int64
 	}{{&a.perCallerBytes, caller, a.perCallerMost}, {&a.perNamespaceBytes, ns, a.perNamespaceMost}, {&a.perSourceBytes, source, a.perSourceMost}} {
 		if s.key == "" {
 			continue
 		}
-		f, ok := s.c.take(s.key, n, s.most)
+		f, ok := s.c.Take(s.key, n, s.most)
 		if !ok {
 			undo()
 			return nil, false
@@ -288,33 +261,6 @@ func (a *admission) shares(caller, ns, source string, n int64) (leave func(), ok
 // memory: a call of a few renews or releases with names and owners of the
 // longest fits.
 const SmallBody = 4 << 10
-
-// byteCounts keeps the bytes held per key, and keeps a key only while
-// something of it is held. The zero value is ready.
-type byteCounts struct {
-	mu sync.Mutex
-	n  map[string]int64
-}
-
-// take adds w to key, or answers false when that would pass most.
-func (c *byteCounts) take(key string, w, most int64) (leave func(), ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int64{}
-	}
-	if c.n[key]+w > most {
-		return nil, false
-	}
-	c.n[key] += w
-	return sync.OnceFunc(func() {
-		c.mu.Lock()
-		if c.n[key] -= w; c.n[key] <= 0 {
-			delete(c.n, key)
-		}
-		c.mu.Unlock()
-	}), true
-}
 
 // unprovenPerCaller is how many small bodies a caller not yet authorized
 // may have in flight: pods of one ServiceAccount share a name, and a

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/queen-locks/queen-locks/internal/sources"
 	"github.com/queen-locks/queen-locks/locks"
 )
 
@@ -199,7 +200,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	l := s.cfg.Limits
-	ln = netutil.LimitListener(limitPerSource(ln, l.MaxConnectionsPerSource), l.MaxConnections)
+	ln = netutil.LimitListener(sources.LimitListener(ln, l.MaxConnectionsPerSource, func() { refused.WithLabelValues("too_many_connections_of_source").Inc() }), l.MaxConnections)
 	scheme := "http"
 	if s.certs != nil {
 		go func() {

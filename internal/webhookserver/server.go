@@ -29,6 +29,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/queen-locks/queen-locks/internal/sources"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/semaphore"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
@@ -72,7 +73,7 @@ type Server struct {
 	// large holds the bodies above SmallBody; perSource the same per
 	// address; decoding lets largeDecodes of them be decoded at once.
 	large     *semaphore.Weighted
-	perSource weights
+	perSource sources.Tally
 	decoding  *semaphore.Weighted
 
 	mu      sync.Mutex
@@ -155,7 +156,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	l := s.o.Limits
-	ln = netutil.LimitListener(limitPerSource(ln, l.MaxConnectionsPerSource), l.MaxConnections)
+	ln = netutil.LimitListener(sources.LimitListener(ln, l.MaxConnectionsPerSource, func() { refused.WithLabelValues("too_many_connections_of_source").Inc() }), l.MaxConnections)
 	srv := &http.Server{
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		Handler:           s.bound(s.WebhookMux()),
@@ -248,7 +249,7 @@ func (s *Server) hold(r *http.Request, size int64) (release func(), reason strin
 	var leave func()
 	if !verified {
 		var ok bool
-		if leave, ok = s.perSource.take(sourceOf(r.RemoteAddr), size, s.o.Limits.MaxBodyMemoryPerSource); !ok {
+		if leave, ok = s.perSource.Take(sources.Of(r.RemoteAddr), size, s.o.Limits.MaxBodyMemoryPerSource); !ok {
 			return nil, "body_memory_of_source"
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 // rolesRules are the rules of every ClusterRole and Role the chart renders.
 func roleRules(t *testing.T, objs map[string]*unstructured.Unstructured) map[string][]any {
+	t.Helper()
 	out := map[string][]any{}
 	for key, o := range objs {
 		if o.GetKind() == "ClusterRole" || o.GetKind() == "Role" {
@@ -75,6 +76,7 @@ func TestWebhookHardeningValues(t *testing.T) {
 }
 
 func containerArgs(t *testing.T, objs map[string]*unstructured.Unstructured) []string {
+	t.Helper()
 	cs := field(t, get(t, objs, "Deployment/queen-locks"), "spec", "template", "spec", "containers").([]any)
 	var out []string
 	for _, a := range cs[0].(map[string]any)["args"].([]any) {

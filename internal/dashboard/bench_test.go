@@ -40,7 +40,7 @@ func TestPageAtScale(t *testing.T) {
 			for i := range work {
 				a, err := lc.Acquire(ctx, ns, fmt.Sprintf("job-%05d", i), "bench", 3600, 1)
 				if err != nil || !a.Acquired {
-					errs <- fmt.Errorf("acquire %d: %+v %v", i, a, err)
+					errs <- fmt.Errorf("acquire %d: %+v %w", i, a, err)
 					continue
 				}
 				tokens[i] = a.Token

@@ -41,6 +41,7 @@ func holdBodiless(t *testing.T, u, src, token string, size int) bool {
 	if err != nil {
 		t.Fatalf("reading the answer to a bodiless call: %v", err)
 	}
+	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusContinue:
 		return true

@@ -84,6 +84,7 @@ func startReview(t *testing.T, c net.Conn, size int64) (*bufio.Reader, int) {
 	if err != nil {
 		t.Fatalf("reading the answer to a review's headers: %v", err)
 	}
+	defer resp.Body.Close()
 	return br, resp.StatusCode
 }
 
@@ -164,8 +165,12 @@ func TestTricklingBodyCutOff(t *testing.T) {
 	}()
 	// The server answers the unfinished read, or just closes: either way
 	// the connection ends from its side.
-	if _, err := http.ReadResponse(br, nil); err != nil && strings.Contains(err.Error(), "timeout") {
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil && strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("the server kept a trickling body for %s: %v", deadline, err)
+	}
+	if err == nil {
+		resp.Body.Close()
 	}
 }
 
@@ -190,13 +195,23 @@ func TestClientCertificateRequired(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("the server stopped: %v", err)
+		}
+	})
 
 	// Without a certificate: the handshake fails (TLS 1.3 tells the client
 	// on its first read).
 	c := dial(t, ln.Addr().String(), "127.0.0.5", nil)
 	_, _ = fmt.Fprintf(c, "GET /probe HTTP/1.1\r\nHost: x\r\n\r\n")
-	if _, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil || !strings.Contains(err.Error(), "certificate") {
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a connection without a client certificate was answered %s", resp.Status)
+	}
+	if !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("a connection without a client certificate was not refused at TLS: %v", err)
 	}
 

@@ -33,6 +33,7 @@ import (
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/test/internal/loopback"
 )
 
 // The flood's size and length.
@@ -45,15 +46,6 @@ const (
 	bigBody     = 7_000_000 - 1
 )
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func TestFlood(t *testing.T) {
 	if os.Getenv("QUEEN_LOCKS_FLOOD") == "" {
 		t.Skip("set QUEEN_LOCKS_FLOOD=1 (make flood) to run the flood: it takes minutes")
@@ -63,7 +55,11 @@ func TestFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Stop()
+	defer func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping the control plane: %v", err)
+		}
+	}()
 	ctx := context.Background()
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -74,7 +70,7 @@ func TestFlood(t *testing.T) {
 	// The manager, its own process, without a client CA: the worst case,
 	// where every pod reaches the webhook port.
 	wo := env.Env.WebhookInstallOptions
-	routeAddr, probeAddr := freeAddr(t), freeAddr(t)
+	routeAddr, probeAddr := loopback.FreeAddrT(t), loopback.FreeAddrT(t)
 	cmd := exec.Command(filepath.Join(root, "bin", "manager"),
 		"--webhook-host", wo.LocalServingHost, "--webhook-port", strconv.Itoa(wo.LocalServingPort), "--webhook-cert-dir", wo.LocalServingCertDir,
 		"--route-address", routeAddr, "--auth", route.AuthToken, "--leader-elect=false",
@@ -246,8 +242,11 @@ func TestFlood(t *testing.T) {
 					fmt.Fprintf(c, "POST /validate-guarded HTTP/1.1\r\nHost: q\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n", bigBody)
 					_, _ = c.Write(body)
 				}
-				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode >= 400 {
-					refusedBig.Add(1)
+				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+					if resp.StatusCode >= 400 {
+						refusedBig.Add(1)
+					}
+					resp.Body.Close()
 				}
 				c.Close()
 				// Again after a second: the flood's own TLS encryption of

@@ -396,7 +396,12 @@ func TestAnAttackDoesNotStarveOthers(t *testing.T) {
 	// All the attackers call from loopback, one source: the route holds an
 	// eighth of its body memory for it, 8 bodies of 1 MiB.
 	awaitInFlight(t, base, 8)
-	const bound = time.Second
+	// Starved is what this test tells apart from served: a call refused
+	// 429, or held while the attack goes on (it never ends by itself, so a
+	// starved call would reach the client's 30 s timeout). How fast a
+	// served call is belongs to make bench; this bound is far above a
+	// served call's time even on a loaded machine.
+	const bound = 10 * time.Second
 	legitClient := &http.Client{Timeout: 30 * time.Second}
 	// Rounds go on until many large bodies have been answered, so the
 	// legitimate calls are measured throughout the attack, not before it.

@@ -114,45 +114,6 @@ var (
 	_ guard.Source           = (*Lock)(nil)
 )
 
-// Option adjusts a Lock.
-type Option func(*Lock)
-
-// WithEventRecorder records client-go's leader election events ("became
-// leader", "stopped leading") on the permit.
-func WithEventRecorder(r resourcelock.EventRecorder) Option {
-	return func(l *Lock) { l.recorder = r }
-}
-
-// WithHolderPod names the pod the candidate runs in, from the downward API
-// (POD_NAMESPACE, POD_NAME, POD_UID). The queen-locks controller then frees
-// the permit as soon as that pod is gone or finished, so the next leader
-// need not wait out the lease. The webhook admits it only from that very
-// pod, proven by its pod-bound ServiceAccount token (SPEC section 3). An
-// empty name or UID (not in a pod) names none.
-func WithHolderPod(namespace, name, uid string) Option {
-	return func(l *Lock) {
-		if name == "" || uid == "" {
-			l.pod = nil
-			return
-		}
-		l.pod = &locksv1alpha1.PodRef{Namespace: namespace, Name: name, UID: uid}
-	}
-}
-
-// WithGuardOptions are options of the clients Client makes, such as
-// guard.Kinds for the kinds the chart's guard.rules enable.
-func WithGuardOptions(opts ...guard.Option) Option {
-	return func(l *Lock) { l.guardOpts = append(l.guardOpts, opts...) }
-}
-
-// WithTimeout bounds each request of the Lock (DefaultTimeout unless the
-// rest.Config sets one). Keep it below the RenewDeadline.
-func WithTimeout(d time.Duration) Option { return func(l *Lock) { l.timeout = d } }
-
-// WithClock sets the clock the Lock judges a permit's expiry by after a
-// refused write. The decisions that count are the API server's.
-func WithClock(c clock.PassiveClock) Option { return func(l *Lock) { l.clock = c } }
-
 // New makes a Lock on the permit of lock name, slot 0, in namespace, for
 // the candidate identity, which must be unique to the process (as
 // controller-runtime's default, host name and a random suffix, is): two
@@ -470,47 +431,3 @@ func (l *Lock) Identity() string { return l.identity }
 
 // Describe names the permit: namespace/name of the QueenLock object.
 func (l *Lock) Describe() string { return l.ns + "/" + l.permitName }
-
-// Token is the permit's current token while this Lock holds it (it changes
-// at every renew), and 0 when it does not: not elected, released, lost, or
-// its lease over on this machine's clock (counted from when its last
-// successful renew was sent) without a renew getting through.
-func (l *Lock) Token() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.liveLocked() {
-		return 0
-	}
-	return l.token
-}
-
-// liveLocked tells whether the Lock holds the permit and its lease is
-// not over on this machine's clock; l.mu is held.
-func (l *Lock) liveLocked() bool {
-	return l.holding != nil && l.lost == nil && l.clock.Now().Before(l.validUntil)
-}
-
-// Lost is the reason the leadership was lost, nil while it was not.
-func (l *Lock) Lost() error { return l.lostErr() }
-
-func (l *Lock) lostErr() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lost
-}
-
-// loseLocked ends the Lock's leadership for good; l.mu is held.
-func (l *Lock) loseLocked(why error) error {
-	if l.lost == nil {
-		l.lost = fmt.Errorf("%w: %w", ErrLost, why)
-		l.holding, l.token = nil, 0
-	}
-	return l.lost
-}
-
-// lose ends the Lock's leadership for good.
-func (l *Lock) lose(why error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_ = l.loseLocked(why) // the loss is recorded; its error is for Get and Update
-}

@@ -62,8 +62,8 @@ func TestTheWebhookRefusesBadPodsNamingTheCause(t *testing.T) {
 		{"bad ttl", func(p *corev1.Pod) { p.Annotations[gatedpod.TTLAnnotation] = "2 hours" }, `annotation locks.queen.dev/ttl: "2 hours" is not a duration`},
 		{"ttl too long", func(p *corev1.Pod) { p.Annotations[gatedpod.TTLAnnotation] = "9000h" }, "annotation locks.queen.dev/ttl: must be whole seconds from 1s"},
 		{"node name", func(p *corev1.Pod) { p.Spec.NodeName = "node-1" }, `must not set spec.nodeName ("node-1")`},
-		{"unentitled account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "other" }, `ServiceAccount "other" of namespace "` + ns + `" may not create queenlocks`},
-		{"default account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "" }, `ServiceAccount "default" of namespace "` + ns + `" may not create queenlocks`},
+		{"unentitled account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "other" }, `ServiceAccount "other" of namespace "` + ns + `" may not hold locks there (create, update and delete on queenlocks.locks.queen.dev)`},
+		{"default account", func(p *corev1.Pod) { p.Spec.ServiceAccountName = "" }, `ServiceAccount "default" of namespace "` + ns + `" may not hold locks there (create, update and delete on queenlocks.locks.queen.dev)`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := newGated(ns, "bad", "nightly")

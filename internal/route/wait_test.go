@@ -301,8 +301,11 @@ func TestMalformedWaitSecondsIsRefusedWhole(t *testing.T) {
 	}
 }
 
-// A call whose waiting acquire outlives its caller gives back what its
-// other operations acquired: nobody will ever receive those tokens.
+// A caller that leaves while one of its acquires waits receives none of
+// the call's answers. What the call won for an operation that named no
+// owner is given back: nobody can learn that owner. What it won for the
+// caller's own owner is kept: the caller's retry converges on it (already),
+// or its TTL ends it.
 func TestACallWhoseCallerLeftGivesBackItsOtherAcquires(t *testing.T) {
 	ns := namespace(t)
 	one(t, ns, acquire("w-busy", "a", 60, 0))
@@ -310,7 +313,9 @@ func TestACallWhoseCallerLeftGivesBackItsOtherAcquires(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		body := `{"namespace":"` + ns + `","operations":[` + acquireWaiting("w-busy", "b", 60, 0, 30) + `,` + acquire("w-side", "b", 60, 0) + `]}`
+		// w-own comes before w-side: the give-back goes in order, so once
+		// w-side is gone, w-own has been passed over for good.
+		body := `{"namespace":"` + ns + `","operations":[` + acquireWaiting("w-busy", "b", 60, 0, 30) + `,` + acquire("w-own", "b", 60, 0) + `,` + acquire("w-side", "", 60, 0) + `]}`
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, devURL, strings.NewReader(body))
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
@@ -319,14 +324,20 @@ func TestACallWhoseCallerLeftGivesBackItsOtherAcquires(t *testing.T) {
 	waiting(t, 1)
 	cancel()
 	<-done
-	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+	held := func(lock string) bool {
 		for _, p := range permits(t, ns) {
-			if p.Spec.Lock == "w-side" {
-				return false, nil
+			if p.Spec.Lock == lock {
+				return true
 			}
 		}
-		return true, nil
+		return false
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return !held("w-side"), nil
 	}); err != nil {
-		t.Fatal("the other acquire of a call whose caller left is still held")
+		t.Fatal("the acquire of a minted owner, in a call whose caller left, is still held")
+	}
+	if !held("w-own") {
+		t.Fatal("the acquire with the caller's own owner was given back: the caller's retry would find its lock gone")
 	}
 }

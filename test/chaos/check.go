@@ -18,6 +18,7 @@ type Report struct {
 	Handovers map[string]int // release, expiry, takeover
 	Renewals  int
 	Accepted  int // guarded writes stored
+	Raises    int // versions of the guarded object that only raised its record (an acquire's fence)
 	Window    int // stored writes whose permit changed between the guard's read and the commit (docs/fencing.md)
 	Deletes   int // deletes of the guarded object admitted (each under a current mark)
 	// Misbehaving: "role kind/outcome" -> count of the misbehaving clients'
@@ -217,10 +218,26 @@ func (r *Report) checkFences(h History, b bounds) {
 	}
 	want := fmt.Sprintf("%s#0", Lock)
 	var highest uint64
+	var prev *Event
 	for _, w := range h.Objects {
 		if w.Type == "DELETED" {
+			prev = nil
 			continue
 		}
+		// An acquire raises the record of the objects bound to its slot
+		// before it answers (docs/fencing.md): the manager's write changes
+		// the record alone, never the data a holder wrote, and only ever
+		// raises it. Such a version is no holder's write.
+		// The setup's own write (counter 0) comes before the history does,
+		// so a raise of it has no recorded version before it.
+		setupRaised := prev == nil && w.Writer == "setup" && w.Counter == 0
+		if p := prev; w.Type == "MODIFIED" && w.Fence > w.Token && w.FenceLock == want &&
+			(setupRaised || p != nil && w.Token == p.Token && w.Counter == p.Counter && w.FenceLock == p.FenceLock && w.Fence > p.Fence) {
+			r.Raises++
+			prev = &w
+			continue
+		}
+		prev = &w
 		r.Accepted++
 		if w.Fence == 0 || w.FenceLock != want {
 			r.violate(fmt.Sprintf("fence: version %d of the ConfigMap (writer %q, token %d) was stored with the record %q=%d, not one of lock %s: a write without a guard, or under another lock's, was accepted",

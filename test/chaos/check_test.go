@@ -522,3 +522,27 @@ func TestAPermitOfADeletedPodMayBeFreed(t *testing.T) {
 		t.Fatalf("with a release that won: violations %q, linearized %s", r.Violations, r.Linearized)
 	}
 }
+
+// b's acquire raises the ConfigMap's record before it answers: a version
+// with a's data and b's token as its record is the manager's raise, not a
+// write of a's, and passes; a version that lowers the record, or changes
+// the data under a token other than its record, is still found.
+func TestAnAcquiresRaiseIsNoHoldersWrite(t *testing.T) {
+	h := goodHistory()
+	raise := Event{Type: "MODIFIED", Version: 106, Seen: at(109), Counter: 1, Token: 100, Writer: "a", Fence: 104, FenceLock: "chaos#0"}
+	h.Objects = []Event{h.Objects[0], raise, h.Objects[1]}
+	h.Objects[2].Version = 107
+	h.Ops[6].Version = 107
+	r := Check(h, 10*time.Second)
+	if len(r.Violations) != 0 || r.Raises != 1 || r.Accepted != 2 {
+		t.Fatalf("violations %q, raises %d, accepted %d", r.Violations, r.Raises, r.Accepted)
+	}
+	forged := goodHistory()
+	forged.Objects = []Event{forged.Objects[0], {Type: "MODIFIED", Version: 103, Seen: at(95), Counter: 3, Token: 100, Writer: "a", Fence: 104, FenceLock: "chaos#0"}}
+	mustFind(t, Check(forged, 10*time.Second), "was written under token 100 but records fence 104")
+	setup := goodHistory()
+	setup.Objects = append([]Event{{Type: "MODIFIED", Version: 99, Seen: at(9), Token: 90, Writer: "setup", Fence: 100, FenceLock: "chaos#0"}}, setup.Objects...)
+	if r := Check(setup, 10*time.Second); len(r.Violations) != 0 || r.Raises != 1 {
+		t.Fatalf("a raise of the setup's write: violations %q, raises %d", r.Violations, r.Raises)
+	}
+}

@@ -202,6 +202,7 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	row("permit versions recorded", r.Permits)
 	row("ConfigMap versions recorded", r.Objects)
 	row("guarded writes stored", r.Accepted)
+	row("records raised by an acquire's fence", r.Raises)
 	row("  of them in the fencing window", r.Window)
 	row("deletes of the guarded object (under a current mark)", r.Deletes)
 	keys = keys[:0]

@@ -321,9 +321,6 @@ func TestACallWhoseCallerLeftGivesBackItsOtherAcquires(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waiting(t, 1)
-	cancel()
-	<-done
 	held := func(lock string) bool {
 		for _, p := range permits(t, ns) {
 			if p.Spec.Lock == lock {
@@ -332,6 +329,17 @@ func TestACallWhoseCallerLeftGivesBackItsOtherAcquires(t *testing.T) {
 		}
 		return false
 	}
+	// The operations of one call run side by side: the caller leaves only
+	// once both acquires are stored, or a give-back not yet due would pass
+	// for one that happened.
+	waiting(t, 1)
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return held("w-own") && held("w-side"), nil
+	}); err != nil {
+		t.Fatal("the call's two plain acquires were never stored")
+	}
+	cancel()
+	<-done
 	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		return !held("w-side"), nil
 	}); err != nil {

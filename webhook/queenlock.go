@@ -117,7 +117,12 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 		firstToken: obj.Spec.FirstToken, holderPodNamespace: holderPodNamespace(obj)}
 	caller := callerOf(req)
 	caller.Manager = req.UserInfo.Username == h.Self // the route, writing for a caller it verified
-	var sentObj *locksv1alpha1.QueenLock             // as sent, for the raise to judge again against the stored permit
+	if !caller.Manager {
+		if errs := permit.ValidateMetadata(obj.Labels, obj.Annotations); len(errs) > 0 {
+			return deny(&permit.Refusal{Errs: errs}, obj.Name)
+		}
+	}
+	var sentObj *locksv1alpha1.QueenLock // as sent, for the raise to judge again against the stored permit
 	if !caller.Manager && h.Fence != nil && old != nil {
 		sentObj = obj.DeepCopy()
 	}

@@ -82,7 +82,7 @@ func permitReview(t *testing.T, old, obj *locksv1alpha1.QueenLock) admissionv1.A
 		Kind:      metav1.GroupVersionKind{Group: locksv1alpha1.GroupVersion.Group, Version: locksv1alpha1.GroupVersion.Version, Kind: "QueenLock"},
 		Resource:  metav1.GroupVersionResource{Group: locksv1alpha1.GroupVersion.Group, Version: locksv1alpha1.GroupVersion.Version, Resource: "queenlocks"},
 		Operation: admissionv1.Update, Namespace: old.Namespace, Name: old.Name,
-		UserInfo:  authenticationv1.UserInfo{Username: "system:anonymous"},
-		Object:    raw(obj), OldObject: raw(old),
+		UserInfo: authenticationv1.UserInfo{Username: "system:anonymous"},
+		Object:   raw(obj), OldObject: raw(old),
 	}
 }

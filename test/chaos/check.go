@@ -23,7 +23,7 @@ type Report struct {
 	// LateCreates counts creates of a replaced holder stored after the
 	// next acquire was answered, within the bound docs/fencing.md states.
 	LateCreates int
-	Deletes   int // deletes of the guarded object admitted (each under a current mark)
+	Deletes     int // deletes of the guarded object admitted (each under a current mark)
 	// Misbehaving: "role kind/outcome" -> count of the misbehaving clients'
 	// operations on the guarded object.
 	Misbehaving map[string]int

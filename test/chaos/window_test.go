@@ -102,4 +102,3 @@ func TestAReplacedHoldersCreateIsBoundedToOne(t *testing.T) {
 		Event{Type: "ADDED", Version: 108, Seen: at(150), Counter: 3, Token: 102, Writer: "a", Fence: 102, FenceLock: "chaos#0"})
 	mustFind(t, Check(h, 10*time.Second), "second create stored after b's acquire")
 }
-

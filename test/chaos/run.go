@@ -103,6 +103,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := c.prepare(ctx, cfg); err != nil {
 		return nil, err
 	}
+	if err := c.startHold(ctx, cfg.Seed); err != nil {
+		return nil, fmt.Errorf("starting the hold webhook: %w", err)
+	}
+	defer c.stopHold()
 	from, err := c.listVersion(ctx)
 	if err != nil {
 		return nil, err
@@ -161,6 +165,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
 	n.counts[FaultDroppedAnswer] = int(c.droppedAnswers())
+	n.counts[FaultHeld] = int(c.heldWrites())
 	return &Result{History: h, Faults: n.counts, Report: Check(h, CheckTimeout)}, nil
 }
 

@@ -53,6 +53,7 @@ type Report struct {
 	Linearized       string
 	Violations       []string
 	Gated            GatedFigures
+	Leaders          LeaderFigures
 	// GaveBack counts acquires the route may have given back because
 	// their caller went away (givenBack).
 	GaveBack int
@@ -67,12 +68,12 @@ func Check(h History, timeout time.Duration) Report {
 		sortOps(h.Ops)
 	}
 	for _, op := range h.Ops {
-		if op.Lock != "" && op.Kind != KindWrite {
+		if op.Lock != "" && (op.Kind != KindWrite || op.Role == RoleLeader) {
 			r.Ops[op.Lock+": "+op.Kind+"/"+op.Outcome]++
 		} else {
 			r.Ops[op.Kind+"/"+op.Outcome]++
 		}
-		if op.Role != "" && op.Role != RoleHolder && op.Role != RolePodGone && op.Role != RoleGated {
+		if op.Role != "" && op.Role != RoleHolder && op.Role != RolePodGone && op.Role != RoleGated && op.Role != RoleLeader {
 			r.Misbehaving[op.Role+" "+op.Kind+"/"+op.Outcome]++
 		}
 		if op.BadCall && (strings.Contains(op.Error, "route answered 401") || strings.Contains(op.Error, "route answered 403")) {
@@ -112,6 +113,7 @@ func Check(h History, timeout time.Duration) Report {
 	r.checkAcknowledged(h)
 	r.checkSemaphore(h, b)
 	r.checkGated(h, b)
+	r.checkLeaders(h, b)
 	ops, resolved, dropped := resolve(h.Ops, h.Permits)
 	r.Resolved, r.Dropped = resolved, dropped
 	for _, op := range ops {

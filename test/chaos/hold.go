@@ -73,7 +73,7 @@ func (c *cluster) startHold(ctx context.Context, seed uint64) error {
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": Namespace}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{
 				{Name: "the-clients", Expression: "request.userInfo.username == '" + ClientUser + "'"},
-				{Name: "the-object", Expression: "request.name == '" + Object + "'"},
+				{Name: "the-objects", Expression: "request.name == '" + Object + "' || request.name == '" + LeaderObject + "'"},
 			},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},

@@ -48,14 +48,17 @@ type acquire struct {
 }
 
 // Acquire takes a free or expired slot of lock, a semaphore of limit, for
-// owner. An owner that already holds a slot gets that slot back with
-// Already: an owner never holds two slots of one lock.
+// owner. An owner that already holds a slot, in any slot (a higher one
+// too, taken when the limit was larger), gets that slot back with Already
+// and nothing is written: an owner never holds two slots of one lock.
 //
-// A lock (limit 1) costs one create when it is free; only when the name
-// exists does it read that one permit, to answer already or held, or to
-// take an expired permit over. A semaphore first creates the owner's
-// preferred slot (a hash of the owner; after a wake, the slot that freed),
-// then lists the lock's permits to make sure no concurrent acquire of the
+// A lock (limit 1) first creates slot 0. When the name exists it lists
+// the lock's permits, to answer already or held, or to take an expired
+// permit over. A semaphore lists the lock's permits first, so that its
+// owner's repeat writes nothing, then creates or takes over a slot (its
+// preferred one, a hash of the owner, when free; after a wake, the slot
+// that freed). Every acquire that wrote then lists the lock's permits at
+// the version of its write, to make sure no concurrent acquire of the
 // same owner won another slot first; see settle.
 func (l *Client) Acquire(ctx context.Context, ns, lock, owner string, ttlSeconds int64, limit int, opts ...AcquireOption) (Acquired, error) {
 	a := &acquire{ns: ns, lock: lock, owner: owner, ttl: ttlSeconds, limit: limit, acquireConfig: acquireConfig{freed: -1}}
@@ -85,35 +88,38 @@ func (l *Client) acquireOnce(ctx context.Context, a *acquire) (Acquired, error) 
 func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) {
 	for try := 0; try < l.tries; try++ {
 		got, reason, err := l.create(ctx, a, 0)
-		if err != nil || got != nil {
-			return l.won(got, "", err)
-		}
-		// The name exists, or the quota refused the create before the
-		// API server looked for the name: either way the permit may be
-		// there, and who holds it decides the answer.
-		p, err := l.get(ctx, a.ns, a.lock, 0)
 		if err != nil {
 			return Acquired{}, err
 		}
+		if got != nil {
+			// The owner may hold a higher slot, taken with a larger limit
+			// (or winning right now with one): settle keeps one. Only a
+			// lock that has such slots needs the read.
+			if !l.mayHoldAbove0(a.ns, a.lock) {
+				return l.won(got, "", nil)
+			}
+			return l.settle(ctx, a, got)
+		}
+		// The name exists, or the quota refused the create before the
+		// API server looked for the name: either way the permit may be
+		// there, and who holds it decides the answer. The list, not a
+		// read of slot 0 alone, also finds the owner on a higher slot.
+		bySlot, err := l.list(ctx, a.ns, a.lock)
+		if err != nil {
+			return Acquired{}, err
+		}
+		now := l.clock.Now()
+		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
+			return l.already(mine)
+		}
+		p := bySlot[0]
 		if p == nil {
 			if reason == ReasonQuota {
 				return Acquired{Reason: ReasonQuota}, nil
 			}
 			continue // released or being deleted since the create: try again
 		}
-		now := l.clock.Now()
-		if !permit.Expired(p, now) {
-			h, err := holderOf(p)
-			if err != nil {
-				return Acquired{}, err
-			}
-			if p.Spec.Owner == a.owner {
-				l.remember(p)
-				return Acquired{Acquired: true, Already: true, Permit: h.permit(), Floor: firstToken(p, h)}, nil
-			}
-			return Acquired{Reason: ReasonHeld, Holders: []Holder{h}}, nil
-		}
-		if !l.takeable(p, now) {
+		if !permit.Expired(p, now) || !l.takeable(p, now) {
 			h, err := holderOf(p)
 			if err != nil {
 				return Acquired{}, err
@@ -121,11 +127,25 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 			return Acquired{Reason: ReasonHeld, Holders: []Holder{h}}, nil
 		}
 		got, err = l.takeOver(ctx, p, a)
-		if err != nil || got != nil {
-			return l.won(got, "", err)
+		if err != nil {
+			return Acquired{}, err
+		}
+		if got != nil {
+			return l.settle(ctx, a, got)
 		}
 	}
 	return Acquired{Reason: ReasonContended}, nil
+}
+
+// already answers the owner's live permit p, which it held before this
+// acquire: nothing is written.
+func (l *Client) already(p *locksv1alpha1.QueenLock) (Acquired, error) {
+	h, err := holderOf(p)
+	if err != nil {
+		return Acquired{}, err
+	}
+	l.remember(p)
+	return Acquired{Acquired: true, Already: true, Permit: h.permit(), Floor: firstToken(p, h)}, nil
 }
 
 func (l *Client) won(got *locksv1alpha1.QueenLock, reason string, err error) (Acquired, error) {
@@ -159,17 +179,11 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 		// Woken by a slot that freed: that one is the likeliest free.
 		first = a.freed
 	}
-	got, reason, err := l.create(ctx, a, first)
-	if err != nil {
-		return Acquired{}, err
-	}
-	if got != nil {
-		return l.settle(ctx, a, got)
-	}
-	// The slot is taken, or the quota refused a new permit: the list
-	// tells whether the owner already holds one, who holds the rest, and
-	// which expired permits can be taken over without a new one.
-	quota := reason == ReasonQuota
+	// The list comes first: an owner that holds a slot already is
+	// answered with it and nothing is written. It also tells who holds
+	// the rest, and which expired permits can be taken over without a
+	// new one.
+	quota := false
 	for try := 0; try < l.tries; try++ {
 		bySlot, err := l.list(ctx, a.ns, a.lock)
 		if err != nil {
@@ -177,12 +191,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 		}
 		now := l.clock.Now()
 		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
-			h, err := holderOf(mine)
-			if err != nil {
-				return Acquired{}, err
-			}
-			l.remember(mine)
-			return Acquired{Acquired: true, Already: true, Permit: h.permit(), Floor: firstToken(mine, h)}, nil
+			return l.already(mine)
 		}
 		var holders []Holder
 		var free, takeable []int

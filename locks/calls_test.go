@@ -28,6 +28,27 @@ type counting struct {
 	client.Client
 	mu    sync.Mutex
 	calls []string
+	// stored counts the writes the API server stored (answered without
+	// an error): a create that lost to an existing name stores nothing.
+	stored int
+}
+
+func (c *counting) wrote(err error) error {
+	if err == nil {
+		c.mu.Lock()
+		c.stored++
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// takeStored answers the writes stored since the last call.
+func (c *counting) takeStored() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.stored
+	c.stored = 0
+	return n
 }
 
 func (c *counting) note(verb string) {
@@ -56,22 +77,22 @@ func (c *counting) List(ctx context.Context, list client.ObjectList, opts ...cli
 
 func (c *counting) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	c.note("create")
-	return c.Client.Create(ctx, obj, opts...)
+	return c.wrote(c.Client.Create(ctx, obj, opts...))
 }
 
 func (c *counting) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
 	c.note("update")
-	return c.Client.Update(ctx, obj, opts...)
+	return c.wrote(c.Client.Update(ctx, obj, opts...))
 }
 
 func (c *counting) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	c.note("patch")
-	return c.Client.Patch(ctx, obj, patch, opts...)
+	return c.wrote(c.Client.Patch(ctx, obj, patch, opts...))
 }
 
 func (c *counting) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	c.note("delete")
-	return c.Client.Delete(ctx, obj, opts...)
+	return c.wrote(c.Client.Delete(ctx, obj, opts...))
 }
 
 func calls(t *testing.T, c *counting, want ...string) {
@@ -91,19 +112,24 @@ func TestEachOperationIsOneCallWhenItWins(t *testing.T) {
 	if err != nil || !a.Acquired || a.Already {
 		t.Fatalf("acquire: %+v %v", a, err)
 	}
-	calls(t, c, "create")
+	// The create, then the owner check at its version: the owner could
+	// hold a higher slot, taken with a larger limit.
+	calls(t, c, "create", "list")
 
 	held, err := l.Acquire(ctx, ns, "one-call", "b", 30, 1)
 	if err != nil || held.Acquired || held.Reason != locks.ReasonHeld || len(held.Holders) != 1 || held.Holders[0].Owner != "a" {
 		t.Fatalf("acquire of a held lock: %+v %v", held, err)
 	}
-	calls(t, c, "create", "get")
+	calls(t, c, "create", "list")
 
 	again, err := l.Acquire(ctx, ns, "one-call", "a", 30, 1)
 	if err != nil || !again.Already || again.Token != a.Token {
 		t.Fatalf("acquire by the holder: %+v %v", again, err)
 	}
-	calls(t, c, "create", "get")
+	calls(t, c, "create", "list")
+	if n := c.takeStored(); n != 1 {
+		t.Fatalf("three acquires, one of them won, stored %d writes, want 1", n)
+	}
 
 	rn, err := l.Renew(ctx, ns, "one-call", 0, a.Token, "a", 30)
 	if err != nil || !rn.Renewed || rn.Token <= a.Token {
@@ -126,12 +152,14 @@ func TestEachOperationIsOneCallWhenItWins(t *testing.T) {
 	}
 	calls(t, c, "get", "delete")
 
-	// A semaphore with room: the preferred slot, then the owner check.
+	// A semaphore with room: the owner check before any write (an owner
+	// holding a slot is answered it with no write), the preferred slot,
+	// then the check that no acquire of the same owner won another.
 	s, err := l.Acquire(ctx, ns, "one-call-sem", "a", 30, 4)
 	if err != nil || !s.Acquired {
 		t.Fatalf("semaphore acquire: %+v %v", s, err)
 	}
-	calls(t, c, "create", "list")
+	calls(t, c, "list", "create", "list")
 }
 
 // consistentReads is how many lists of permits kube-apiserver has served
@@ -157,8 +185,10 @@ func consistentReads(t *testing.T) float64 {
 	return sum
 }
 
-// A semaphore acquire checks that its owner holds one slot with a list at
-// the version of its own write or later, not with a consistent read:
+// A semaphore acquire makes one consistent read, before it writes (an
+// owner that holds a slot already is answered with no write). After the
+// write, it checks that its owner holds one slot with a list at the
+// version of its own write or later, not with a consistent read:
 // kube-apiserver answers a consistent list only once its watch cache has
 // caught up with etcd's newest revision, and when the newest write was to
 // another kind (an Event, a Lease) that waits for etcd's next progress
@@ -179,8 +209,8 @@ func TestASemaphoreOwnerCheckWaitsOnlyForItsOwnWrite(t *testing.T) {
 	if err != nil || !a.Acquired {
 		t.Fatalf("acquire: %+v %v", a, err)
 	}
-	if after := consistentReads(t); after != before {
-		t.Fatalf("the acquire made %v consistent reads, want none", after-before)
+	if after := consistentReads(t); after != before+1 {
+		t.Fatalf("the acquire made %v consistent reads, want 1 (before its write)", after-before)
 	}
 }
 
@@ -209,7 +239,7 @@ func TestASemaphoreOwnerCheckReadsConsistentlyWhenTheWatchCacheLags(t *testing.T
 	if err != nil || !a.Acquired {
 		t.Fatalf("acquire: %+v %v", a, err)
 	}
-	calls(t, c, "create", "list at a version", "list")
+	calls(t, c, "list", "create", "list at a version", "list")
 }
 
 func TestStaleTokensOfTheSameOwnerAreCarriedThrough(t *testing.T) {
@@ -356,7 +386,7 @@ func TestAWaiterMakesNoCallsWhileNothingChanges(t *testing.T) {
 	if err != nil || got.Acquired || got.Reason != locks.ReasonHeld {
 		t.Fatalf("answer %+v %v", got, err)
 	}
-	calls(t, c, "create", "get", "create", "get")
+	calls(t, c, "create", "list", "create", "list")
 	if hub.Waiting() != 0 {
 		t.Fatalf("%d still waiting", hub.Waiting())
 	}
@@ -392,4 +422,64 @@ func TestAStaleTokenOfAnEarlierHoldingIsLost(t *testing.T) {
 	if hs, _ := l.Get(ctx, ns, "again"); len(hs) != 1 || hs[0].Token != second.Token {
 		t.Fatalf("the second holding was touched: %+v", hs)
 	}
+}
+
+// With the manager's cache, a free lock is one create and no read: the
+// cache tells that the lock has no slot above 0 that its owner could hold.
+// Once it has one, the limit-1 acquire reads the lock's permits and keeps
+// the owner to the slot it holds.
+func TestAFreeLockIsOneCreateWithTheManagersCache(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	c := &counting{Client: env.Client}
+	cache := env.Manager.GetCache()
+	l := locks.New(c, nil, locks.WithVersions(locks.CachedVersions(cache)))
+
+	a, err := l.Acquire(ctx, ns, "fast", "a", 30, 1)
+	if err != nil || !a.Acquired || a.Already {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	calls(t, c, "create")
+
+	// The owner holds slot 1 of another lock, taken with limit 2 while
+	// slot 0 was held by someone else.
+	if _, err := l.Acquire(ctx, ns, "wide", "x", 30, 1); err != nil {
+		t.Fatal(err)
+	}
+	high, err := l.Acquire(ctx, ns, "wide", "a", 30, 2)
+	if err != nil || !high.Acquired || high.Slot != 1 {
+		t.Fatalf("acquire of slot 1: %+v %v", high, err)
+	}
+	if ok, err := l.Release(ctx, ns, "wide", 0, mustToken(t, l, ns, "wide", 0), "x"); err != nil || !ok {
+		t.Fatalf("releasing slot 0: %v %v", ok, err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var list locksv1alpha1.QueenLockList
+		return cache.List(ctx, &list, client.InNamespace(ns)) == nil && slices.ContainsFunc(list.Items, func(p locksv1alpha1.QueenLock) bool {
+			return p.Spec.Lock == "wide" && p.Spec.Slot == 1
+		}), nil
+	}); err != nil {
+		t.Fatal("the manager's cache never saw slot 1")
+	}
+	c.take()
+	again, err := l.Acquire(ctx, ns, "wide", "a", 30, 1)
+	if err != nil || !again.Already || again.Slot != 1 || again.Token != high.Token {
+		t.Fatalf("a limit-1 acquire by the owner of slot 1: %+v %v", again, err)
+	}
+	calls(t, c, "create", "list", "delete")
+}
+
+func mustToken(t *testing.T, l *locks.Client, ns, lock string, slot int) uint64 {
+	t.Helper()
+	hs, err := l.Get(context.Background(), ns, lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Slot == slot {
+			return h.Token
+		}
+	}
+	t.Fatalf("slot %d of %s is not held", slot, lock)
+	return 0
 }

@@ -44,9 +44,9 @@ func TestAcquireAnswersContendedWhenFreeSlotsKeepBeingTaken(t *testing.T) {
 	if got.Acquired || got.Reason != locks.ReasonContended {
 		t.Fatalf("answer %+v, want contended", got)
 	}
-	// Bounded: the preferred slot first, then each try attempts each free
-	// slot once.
-	if want := 1 + locks.DefaultTries*2; r.creates != want {
+	// Bounded: each try lists the permits, then attempts each free slot
+	// once.
+	if want := locks.DefaultTries * 2; r.creates != want {
 		t.Fatalf("%d creates, want %d", r.creates, want)
 	}
 }

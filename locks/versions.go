@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/permit"
 )
 
 // Version is what is known of one version of a permit. A version never
@@ -67,4 +68,40 @@ func (c cachedVersions) Exact(ns, name, rv string) (*locksv1alpha1.QueenLock, bo
 		return nil, false
 	}
 	return p, true
+}
+
+// HasSlotsAbove0 tells whether the cache holds a permit of lock above slot
+// 0: one taken while the lock's limit was larger. A limit-1 acquire that
+// wins slot 0 reads the lock's permits only then, to keep an owner to one
+// slot; with none, its win stands on the create alone, the one write of a
+// free lock. A higher slot taken so recently that the cache has not seen
+// it is missed: only an owner racing itself with two limits at once can
+// end up holding two slots that way (docs/http-api.md).
+func (c cachedVersions) HasSlotsAbove0(ns, lock string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var list locksv1alpha1.QueenLockList
+	if err := c.r.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
+		return true // unknown: read the lock's permits
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.Lock == lock && list.Items[i].Spec.Slot > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// slotsAbove0 is what a Versions source may also tell: see HasSlotsAbove0.
+type slotsAbove0 interface {
+	HasSlotsAbove0(ns, lock string) bool
+}
+
+// mayHoldAbove0 tells whether a limit-1 acquire that won slot 0 must read
+// the lock's permits: always, without a cache that says otherwise.
+func (l *Client) mayHoldAbove0(ns, lock string) bool {
+	if c, ok := l.versions.(slotsAbove0); ok {
+		return c.HasSlotsAbove0(ns, lock)
+	}
+	return true
 }

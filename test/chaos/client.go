@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
@@ -38,8 +39,11 @@ type Client struct {
 	// ordinary namespace user: never one with the guard's override right.
 	Kube    kubernetes.Interface
 	Permits client.Client
-	Rand    *rand.Rand
-	Log     func(Op)
+	// REST is the API server's config as the client's user (RoleLeader's
+	// election lock).
+	REST *rest.Config
+	Rand *rand.Rand
+	Log  func(Op)
 	// LogHold records a gated pod's hold (RoleGated).
 	LogHold func(Hold)
 	// Role is one of the Role constants; empty is RoleHolder.
@@ -78,6 +82,9 @@ func (c *Client) Run(ctx context.Context, stop <-chan struct{}) {
 		return
 	case RoleGated:
 		c.runGated(ctx, stopped)
+		return
+	case RoleLeader:
+		c.runLeader(ctx, stopped)
 		return
 	}
 	for !stopped() {

@@ -53,6 +53,9 @@ type cluster struct {
 	// routes are each client's way to the route, spread over the
 	// replicas; the last is the harness's own, never cut.
 	routes []*proxy
+	// hold keeps some of the clients' guarded writes inside
+	// kube-apiserver after admission (hold.go).
+	hold *hold
 }
 
 // replica is one manager process, with its own ports, its own way to the

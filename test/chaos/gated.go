@@ -105,6 +105,10 @@ type Hold struct {
 	Start int64  `json:"start"`
 	End   int64  `json:"end"`
 	How   string `json:"how"`
+	// Shape is the pod's shape (gated_shapes.go), empty for a plain one;
+	// Limit the limit it asked, 0 when unknown.
+	Shape string `json:"shape,omitempty"`
+	Limit int    `json:"limit,omitempty"`
 }
 
 func (x Hold) String() string {
@@ -211,6 +215,8 @@ func (c *cluster) prepareGated(ctx context.Context, cfg Config) error {
 // gatedPod is what a gated client knows of one of its pods.
 type gatedPod struct {
 	name, uid, lock string
+	shape           string
+	limit           int
 	created         time.Time
 	letIn           bool // the watch showed the gate removed
 	start           int64
@@ -301,7 +307,8 @@ func (g *gatedRun) create(ctx context.Context) {
 	if g.rnd.IntN(2) == 0 {
 		lock = Semaphore
 	}
-	p := &gatedPod{name: fmt.Sprintf("g%d-%d", c.ID, g.seq), lock: lock, created: time.Now()}
+	shape := shapes[g.rnd.IntN(len(shapes))]
+	p := &gatedPod{name: fmt.Sprintf("g%d-%d", c.ID, g.seq), lock: lock, shape: shape, created: time.Now()}
 	g.pods[p.name] = p
 	g.mu.Unlock()
 	pod := &corev1.Pod{
@@ -311,9 +318,10 @@ func (g *gatedRun) create(ctx context.Context) {
 		Spec: corev1.PodSpec{ServiceAccountName: ClientUser, AutomountServiceAccountToken: new(bool),
 			Containers: []corev1.Container{{Name: "job", Image: "chaos-job"}}},
 	}
-	if lock == Semaphore {
-		pod.Annotations[gatedpod.LimitAnnotation] = strconv.Itoa(SemaphoreLimit)
-	}
+	limit := shapePod(pod, lock, shape)
+	g.mu.Lock()
+	p.limit = limit
+	g.mu.Unlock()
 	for try := 0; ; try++ {
 		op := Op{Client: c.ID, Role: RoleGated, Lock: opLock(lock), Kind: KindPodCreate, Owner: p.name, Call: time.Now().UnixNano()}
 		_, err := c.Kube.CoreV1().Pods(c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
@@ -471,7 +479,7 @@ func (g *gatedRun) recordLocked(p *gatedPod) {
 		return
 	}
 	p.recorded = true
-	g.c.LogHold(Hold{Client: g.c.ID, Pod: p.name, UID: p.uid, Lock: p.lock, Slot: p.slot, Token: p.token, Start: p.start, End: p.end, How: p.how})
+	g.c.LogHold(Hold{Client: g.c.ID, Pod: p.name, UID: p.uid, Lock: p.lock, Slot: p.slot, Token: p.token, Start: p.start, End: p.end, How: p.how, Shape: p.shape, Limit: p.limit})
 }
 
 // holdFor holds a pod let in for a short random time, or until the client

@@ -22,6 +22,8 @@ type GatedFigures struct {
 	// Most is, per lock, the most holders at once, gated pods and the
 	// route's holders (by the answers) together.
 	Most map[string]int
+	// Shapes counts the holds of each shape of pod (gated_shapes.go).
+	Shapes map[string]int
 }
 
 // gatedLock is a lock whose permits are recorded (the lock and the
@@ -165,7 +167,7 @@ func (s span) String() string {
 // semaphore's own checks judge the route's holders among themselves.
 func (r *Report) checkGated(h History, b bounds) {
 	g := &r.Gated
-	g.Holds, g.ByLock, g.Most = len(h.Holds), map[string]int{}, map[string]int{}
+	g.Holds, g.ByLock, g.Most, g.Shapes = len(h.Holds), map[string]int{}, map[string]int{}, map[string]int{}
 	for _, op := range h.Ops {
 		if op.Role == RoleGated && (op.Kind == KindAcquire || op.Kind == KindRenew) {
 			g.Permits++
@@ -221,6 +223,7 @@ func (r *Report) checkHold(h History, l gatedLock, x Hold) bool {
 		r.violate(fmt.Sprintf("gated: %s carries token %d, but that version of %s is %s of owner %s, slot %d", x, x.Token, l.name, e.Type, e.Owner, e.Slot))
 		return true
 	}
+	r.checkShape(x, e)
 	if x.How == EndGone {
 		return true // its end is only when the watch saw it go
 	}
@@ -383,4 +386,7 @@ func printGated(row func(string, int), g GatedFigures) {
 	row("permit versions taken for gated pods", g.Permits)
 	row(fmt.Sprintf("most holders of %s at once, gated pods and route holders (limit 1)", Lock), g.Most[Lock])
 	row(fmt.Sprintf("most holders of %s at once, gated pods and route holders (limit %d)", Semaphore, SemaphoreLimit), g.Most[Semaphore])
+	for _, s := range []string{"plain", ShapeLimitOne, ShapeHugeGrace, ShapeManyAnnotations} {
+		row("  holds of "+s+" pods", g.Shapes[s])
+	}
 }

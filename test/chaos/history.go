@@ -232,6 +232,10 @@ type History struct {
 	// SemPermits are the semaphore's permits, every slot, in commit order.
 	SemPermits []Event `json:"semPermits,omitempty"`
 	Objects    []Event `json:"objects"` // the guarded ConfigMap, in commit order
+	// LeaderPermits and LeaderObjects are the fenced leaders' permit and
+	// ConfigMap (leader.go), in commit order.
+	LeaderPermits []Event `json:"leaderPermits,omitempty"`
+	LeaderObjects []Event `json:"leaderObjects,omitempty"`
 	// Holds are the gated pods' holds, as their clients saw them.
 	Holds []Hold `json:"holds,omitempty"`
 }

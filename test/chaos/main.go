@@ -55,6 +55,7 @@ func run() int {
 	replicas := flag.Int("replicas", 2, "Manager replicas, each serving the webhooks and the route; one leads the expiry controller.")
 	skew := flag.Duration("skew", 400*time.Millisecond, "Largest offset of a replica's clock, ahead or behind; the grace must be at least twice it.")
 	semaphores := flag.Int("semaphore-clients", 5, fmt.Sprintf("Client processes contending for the semaphore %s (limit %d).", Semaphore, SemaphoreLimit))
+	leaders := flag.Int("leaders", 2, fmt.Sprintf("Fenced leader candidates (package election) that write the ConfigMap %s while they lead %s.", LeaderObject, LeaderLock))
 	gated := flag.Int("gated-clients", 2, fmt.Sprintf("Client processes that create gated pods (locks.queen.dev/gate) for %s and %s, and end them once let in; 0 runs none, and the manager without --gated-pods.", Lock, Semaphore))
 	drop := flag.Float64("drop-answers", 0.05, "Share of the holders' route calls whose answer is dropped after a replica carried the call out; the retry reaches the other replica.")
 	auth := flag.String("auth", route.AuthToken, "The route's --auth: token (clients send a ServiceAccount token of audience queen-locks) or none.")
@@ -104,6 +105,9 @@ func run() int {
 	}
 	for i := 0; i < *gated; i++ {
 		misbehave = append(misbehave, RoleGated)
+	}
+	for i := 0; i < *leaders; i++ {
+		misbehave = append(misbehave, RoleLeader)
 	}
 	if *auth != route.AuthToken && *auth != route.AuthNone {
 		fmt.Fprintf(os.Stderr, "chaos: -auth %q: want %s or %s\n", *auth, route.AuthToken, route.AuthNone)
@@ -203,7 +207,8 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	row("ConfigMap versions recorded", r.Objects)
 	row("guarded writes stored", r.Accepted)
 	row("records raised by an acquire's fence", r.Raises)
-	row("  of them in the fencing window", r.Window)
+	row("  of them stored after the permit moved on, before the next acquire was answered", r.Window)
+	row("creates of a replaced holder stored after the next acquire was answered (the bound of docs/fencing.md)", r.LateCreates)
 	row("deletes of the guarded object (under a current mark)", r.Deletes)
 	keys = keys[:0]
 	for k := range r.Misbehaving {
@@ -222,13 +227,14 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	row("semaphore permit versions recorded", r.SemVersions)
 	row("most semaphore holders at once (limit 3)", r.MostHolders)
 	printGated(row, r.Gated)
+	printLeaders(row, r.Leaders)
 	row("renewals", r.Renewals)
 	for _, k := range []string{"release", "expiry", "takeover", "pod-gone", "gated pod ended"} {
 		row("handovers by "+k, r.Handovers[k])
 	}
 	row("  of them after a foreground or orphan delete", r.Handovers["deleting"])
 	fmt.Fprintf(w, "| longest wait from a lease's end to the next acquire, clients refused meanwhile | %s |\n", time.Duration(r.LongestWait).Round(time.Millisecond))
-	for _, f := range append(Faults, "manager exited by itself", FaultDroppedAnswer) {
+	for _, f := range append(Faults, "manager exited by itself", FaultDroppedAnswer, FaultHeld) {
 		row("fault: "+f, res.Faults[f])
 	}
 	row("lost answers settled from the record", r.Resolved)
@@ -266,6 +272,7 @@ func runClient(args []string) error {
 	if err != nil {
 		return err
 	}
+	c.REST = cfg
 	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}

@@ -35,6 +35,15 @@ const (
 	// holder client otherwise) and starts it again under the same name,
 	// with --auth=token: the permit that names the pod is freed at once.
 	FaultPod = "delete holder's pod"
+	// FaultPauseManager, FaultPauseAPIServer and FaultPauseEtcd stop the
+	// process with SIGSTOP for 0.5 to 4 s, then SIGCONT: a frozen node, a
+	// long GC or an overloaded host. A paused replica holds the webhook
+	// calls and route calls it took (a guard it checked is answered
+	// late), a paused kube-apiserver every request between its check and
+	// its storage, a paused etcd every commit.
+	FaultPauseManager   = "pause manager"
+	FaultPauseAPIServer = "pause kube-apiserver"
+	FaultPauseEtcd      = "pause etcd"
 )
 
 // Faults lists every kind, in the order a run takes them.
@@ -43,7 +52,8 @@ const (
 // not a nemesis step, a steady rate.
 const FaultDroppedAnswer = "answer dropped after the call was carried out"
 
-var Faults = []string{FaultManager, FaultClient, FaultAPIServer, FaultEtcd, FaultSkew, FaultCutReplica, FaultCutClient, FaultCutWebhook, FaultPod}
+var Faults = []string{FaultManager, FaultClient, FaultAPIServer, FaultEtcd, FaultSkew, FaultCutReplica, FaultCutClient, FaultCutWebhook, FaultPod,
+	FaultPauseManager, FaultPauseAPIServer, FaultPauseEtcd}
 
 // nemesis injects one fault after another, a random pause apart, until ctx
 // ends; each fault is undone (restart, SIGCONT) and the system is back up
@@ -139,6 +149,16 @@ func (n *nemesis) inject(f string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		return c.deletePod(ctx, id)
+	case FaultPauseManager:
+		r := c.replicas[n.rand.IntN(len(c.replicas))]
+		n.logf("  manager %d", r.id)
+		// Counted as an outage: the calls and webhook calls the paused
+		// replica took wait for it, as during a cut.
+		return n.outage(func() error { return n.stop(r.p, nil) })
+	case FaultPauseAPIServer:
+		return n.outage(func() error { return n.stop(c.apiserver, c.waitReady) })
+	case FaultPauseEtcd:
+		return n.outage(func() error { return n.stop(c.etcd, c.waitReady) })
 	case FaultAPIServer:
 		return n.outage(func() error { return n.restart(c.apiserver, func() error { return c.startReady(c.apiserver) }) })
 	case FaultEtcd:
@@ -168,6 +188,24 @@ func (n *nemesis) inject(f string) error {
 		return p.signal(syscall.SIGCONT)
 	}
 	return fmt.Errorf("unknown fault %q", f)
+}
+
+// stop pauses p with SIGSTOP for 0.5 to 4 s, then continues it and
+// waits for ready, when given.
+func (n *nemesis) stop(p *proc, ready func() error) error {
+	length := 500*time.Millisecond + time.Duration(n.rand.Int64N(int64(3500*time.Millisecond)+1))
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	n.logf("  stopped for %s", length.Round(time.Millisecond))
+	time.Sleep(length)
+	if err := p.signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	if ready == nil {
+		return nil
+	}
+	return ready()
 }
 
 // cut cuts backend b of p (every backend when b < 0) for 1 to 4 s.

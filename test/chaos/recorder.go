@@ -31,17 +31,44 @@ type recorder struct {
 	permits []Event
 	sem     []Event // the semaphore's permits
 	objects []Event
-	pods    []PodGone // holder pods the nemesis deleted
-	holds   []Hold    // the gated pods' holds, as their clients wrote them
-	outages [][2]int64
-	err     error
-	owner   string // the permit's current owner, "" when free
-	expires int64  // and when its lease ends
+	// leaderPermits and leaderObjects are the fenced leaders' permit and
+	// ConfigMap (leader.go).
+	leaderPermits, leaderObjects []Event
+	pods                         []PodGone // holder pods the nemesis deleted
+	holds                        []Hold    // the gated pods' holds, as their clients wrote them
+	outages                      [][2]int64
+	err                          error
+	owner                        string // the permit's current owner, "" when free
+	expires                      int64  // and when its lease ends
 }
 
 func (r *recorder) run(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, permitName, object string, from uint64) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(5)
+	go func() {
+		defer wg.Done()
+		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
+			return c.Watch(ctx, &locksv1alpha1.QueenLockList{}, client.InNamespace(ns),
+				client.MatchingFields{"metadata.name": permit.Name(LeaderLock, 0)}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		}, func(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+			e := permitEventOf(t, o.(*locksv1alpha1.QueenLock), v, seen)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.leaderPermits = append(r.leaderPermits, e)
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
+			return cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{
+				FieldSelector: fields.OneTermEqualSelector("metadata.name", LeaderObject).String(), ResourceVersion: rv})
+		}, func(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+			e := objectEventOf(t, o.(*corev1.ConfigMap), v, seen)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.leaderObjects = append(r.leaderObjects, e)
+		})
+	}()
 	go func() {
 		defer wg.Done()
 		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
@@ -151,7 +178,13 @@ func (r *recorder) permitEvent(t watch.EventType, o runtime.Object, v uint64, se
 }
 
 func (r *recorder) objectEvent(t watch.EventType, o runtime.Object, v uint64, seen int64) {
-	cm := o.(*corev1.ConfigMap)
+	e := objectEventOf(t, o.(*corev1.ConfigMap), v, seen)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.objects = append(r.objects, e)
+}
+
+func objectEventOf(t watch.EventType, cm *corev1.ConfigMap, v uint64, seen int64) Event {
 	e := Event{Type: string(t), Version: v, Seen: seen, Writer: cm.Data["writer"]}
 	e.Counter, _ = strconv.ParseInt(cm.Data["counter"], 10, 64)
 	e.Token, _ = strconv.ParseUint(cm.Data["token"], 10, 64)
@@ -163,9 +196,16 @@ func (r *recorder) objectEvent(t watch.EventType, o runtime.Object, v uint64, se
 	}
 	e.Deletable = cm.Annotations[permit.DeletableAnnotation]
 	e.Guarded = cm.Labels[permit.GuardedLabel] == "true"
+	return e
+}
+
+// seenLeaders tells whether the leaders' watches have delivered at least
+// these versions (0: nothing to wait for).
+func (r *recorder) seenLeaders(permitVersion, objectVersion uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.objects = append(r.objects, e)
+	reached := func(evs []Event, v uint64) bool { return v == 0 || len(evs) > 0 && evs[len(evs)-1].Version >= v }
+	return reached(r.leaderPermits, permitVersion) && reached(r.leaderObjects, objectVersion)
 }
 
 func (r *recorder) outage(from, to int64) {

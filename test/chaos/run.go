@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/handle"
 	"github.com/queen-locks/queen-locks/internal/controlplane"
 	"github.com/queen-locks/queen-locks/internal/manager"
@@ -103,6 +104,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := c.prepare(ctx, cfg); err != nil {
 		return nil, err
 	}
+	if err := c.startHold(ctx, cfg.Seed); err != nil {
+		return nil, fmt.Errorf("starting the hold webhook: %w", err)
+	}
+	defer c.stopHold()
 	from, err := c.listVersion(ctx)
 	if err != nil {
 		return nil, err
@@ -156,11 +161,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if c.rec.err != nil {
 		return nil, c.rec.err
 	}
-	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), PodsGone: c.rec.pods, Outages: c.rec.outages, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects, Holds: c.rec.holds}
+	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), PodsGone: c.rec.pods, Outages: c.rec.outages, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects, Holds: c.rec.holds,
+		LeaderPermits: c.rec.leaderPermits, LeaderObjects: c.rec.leaderObjects}
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
 	n.counts[FaultDroppedAnswer] = int(c.droppedAnswers())
+	n.counts[FaultHeld] = int(c.heldWrites())
 	return &Result{History: h, Faults: n.counts, Report: Check(h, CheckTimeout)}, nil
 }
 
@@ -196,10 +203,21 @@ func (c *cluster) settle(ctx context.Context, cfg Config, logOp func(Op)) error 
 	if err != nil {
 		return err
 	}
+	// The leaders have stopped: their permit and ConfigMap as they are now
+	// are the last versions their watches must deliver.
+	var leaderPermit, leaderObject uint64
+	var lp locksv1alpha1.QueenLock
+	if err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: permit.Name(LeaderLock, 0)}, &lp); err == nil {
+		leaderPermit, _ = permit.Token(lp.ResourceVersion)
+	}
+	if lcm, err := c.cs.CoreV1().ConfigMaps(Namespace).Get(ctx, LeaderObject, metav1.GetOptions{}); err == nil {
+		leaderObject, _ = permit.Token(lcm.ResourceVersion)
+	}
 	deadline = time.Now().Add(time.Minute)
-	for !c.rec.seen(token, objectVersion) {
+	for !c.rec.seen(token, objectVersion) || !c.rec.seenLeaders(leaderPermit, leaderObject) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the watches did not reach permit version %d and ConfigMap version %d in a minute", token, objectVersion)
+			return fmt.Errorf("the watches did not reach permit version %d, ConfigMap version %d, leader permit version %d and leader ConfigMap version %d in a minute",
+				token, objectVersion, leaderPermit, leaderObject)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

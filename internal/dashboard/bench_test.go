@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -19,6 +20,26 @@ import (
 // renews a second while the page is open. It is not part of make test (it
 // takes minutes and a loaded machine), and asserts no timing: it reports.
 const BenchEnv = "QUEEN_LOCKS_DASHBOARD_BENCH"
+
+// BenchOutEnv names a file that TestPageAtScale writes its figures to, as
+// JSON, for make bench's report (test/bench reads them).
+const BenchOutEnv = "QUEEN_LOCKS_DASHBOARD_BENCH_OUT"
+
+// pageFigures are what TestPageAtScale measured.
+type pageFigures struct {
+	Permits   int     `json:"permits"`
+	AcquireMs float64 `json:"acquireMs"` // holding them all, 16 at a time
+	RenderMs  float64 `json:"renderMs"`  // navigation to the last row in the table
+	Rate      int     `json:"rate"`      // renews a second while the page is open
+	Renews    int     `json:"renews"`    // renews answered
+	Shown     int     `json:"shown"`     // of those, drawn on the page
+	Replaced  int     `json:"replaced"`  // replaced by a later renew of the row before drawn
+	LagP50Ms  float64 `json:"lagP50Ms"`  // from a renew's answer to its row's new token
+	LagP99Ms  float64 `json:"lagP99Ms"`
+	LagMaxMs  float64 `json:"lagMaxMs"`
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // The page with 10,000 permits: how long until the 10,000th row is
 // rendered, and how far behind the renews it shows at 100 a second.
@@ -57,7 +78,8 @@ func TestPageAtScale(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	t.Logf("acquired %d permits in %v", permits, time.Since(start).Round(time.Millisecond))
+	acquired := time.Since(start)
+	t.Logf("acquired %d permits in %v", permits, acquired.Round(time.Millisecond))
 
 	s := serve(t, env.Config, dashboard.Options{Namespace: ns})
 	page, cancel := chromedp.NewContext(b)
@@ -124,6 +146,16 @@ func TestPageAtScale(t *testing.T) {
 	pct := func(p int) time.Duration { return lags[min(len(lags)-1, len(lags)*p/100)] }
 	t.Logf("renews: %d at %d/s for %ds; shown: %d (%d replaced before drawn); lag from the renew's answer to the row's new token: p50 %v, p99 %v, max %v",
 		len(done), rate, seconds, len(lags), missed, pct(50).Round(time.Millisecond), pct(99).Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+	if out := os.Getenv(BenchOutEnv); out != "" {
+		raw, err := json.Marshal(pageFigures{Permits: permits, AcquireMs: millis(acquired), RenderMs: millis(render), Rate: rate,
+			Renews: len(done), Shown: len(lags), Replaced: missed, LagP50Ms: millis(pct(50)), LagP99Ms: millis(pct(99)), LagMaxMs: millis(lags[len(lags)-1])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func locksName(i int) string { return fmt.Sprintf("job-%05d.0", i) }

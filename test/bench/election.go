@@ -8,10 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/queen-locks/queen-locks/election"
@@ -152,13 +154,15 @@ func (bn *bench) electionRenews(n int, mk func(i int) (resourcelock.Interface, e
 
 // election measures leader renews and fenced writes.
 func (bn *bench) election() error {
+	klog.SetLogger(logr.Discard())
+	defer klog.ClearLogger()
 	b := &bn.b
 	fmt.Fprintf(b, "\n## Leader election: package election against client-go's Lease lock\n\n"+
 		"%d leaders of one kind at once, each on its own lock, run by client-go's `leaderelection` with controller-runtime's default timings "+
 		"(lease %s, renew deadline %s, retry period %s): every retry period each reads its lock and renews it. "+
 		"The Lease lock is client-go's `resourcelock.LeaseLock`; the QueenLock lock is `election.New`, whose renew is one update of the permit that the permit webhook stamps. "+
 		"The renews that start in a %s window are counted, after every leader has led and renewed once; %d rounds take the two kinds in turn, each on new locks, "+
-		"each starting once kube-apiserver is back near its idle use. CPU per renew is the window's, less the idle use; API calls are kube-apiserver's own counts in the window (the read and the write of each renew).\n\n"+
+		"each starting once kube-apiserver is back near its idle use. CPU per renew is the window's, less the idle use; API calls and webhook calls are kube-apiserver's own counts in the window, per renew (client-go's leader renews its own live lock without reading it first).\n\n"+
 		"| lock | round | renews | renews/s | renew write p50 | p99 | failed | API calls per renew | webhook calls per renew | CPU ms per renew: kube-apiserver | etcd | this process | machine load (1 min) |\n"+
 		"|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|\n",
 		electLeaders, electLease, electRenew, electRetry, electWindow, electRounds)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -339,12 +341,27 @@ func (p *plainClient) close() {
 	}
 }
 
-// call sends one operation and answers its result.
+// call sends one operation and answers its result. The route closes a
+// connection left idle past its idle timeout; a call that finds its kept
+// connection closed so (no answer at all) is sent again on a new one, as
+// Go's and curl's clients do.
 func (p *plainClient) call(op map[string]any) (routeapi.Result, error) {
 	body, err := json.Marshal(map[string]any{"operations": []any{op}})
 	if err != nil {
 		return routeapi.Result{}, err
 	}
+	reused := p.conn != nil
+	res, err := p.send(body)
+	if reused && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		res, err = p.send(body)
+	}
+	return res, err
+}
+
+// send writes one call on the kept connection, dialling one if there is
+// none, and reads its answer.
+func (p *plainClient) send(body []byte) (routeapi.Result, error) {
+	var err error
 	if p.conn == nil {
 		d := net.Dialer{Timeout: 10 * time.Second}
 		if p.from != nil {

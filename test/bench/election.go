@@ -159,7 +159,7 @@ func (bn *bench) election() error {
 	b := &bn.b
 	fmt.Fprintf(b, "\n## Leader election: package election against client-go's Lease lock\n\n"+
 		"%d leaders of one kind at once, each on its own lock, run by client-go's `leaderelection` with controller-runtime's default timings "+
-		"(lease %s, renew deadline %s, retry period %s): every retry period each reads its lock and renews it. "+
+		"(lease %s, renew deadline %s, retry period %s): every retry period each renews its lock. "+
 		"The Lease lock is client-go's `resourcelock.LeaseLock`; the QueenLock lock is `election.New`, whose renew is one update of the permit that the permit webhook stamps. "+
 		"The renews that start in a %s window are counted, after every leader has led and renewed once; %d rounds take the two kinds in turn, each on new locks, "+
 		"each starting once kube-apiserver is back near its idle use. CPU per renew is the window's, less the idle use; API calls and webhook calls are kube-apiserver's own counts in the window, per renew (client-go's leader renews its own live lock without reading it first).\n\n"+

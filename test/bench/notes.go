@@ -122,7 +122,8 @@ whatever else it does:
 
 - **Acquires with bound objects** (above): with no bound object at all,
   an acquire's p50 was 100.7 ms and its p99 106.4 ms in the run above,
-  against a few milliseconds before the raise; 1 and 10 bound objects add their patches to the tail.
+  against a few milliseconds before the raise; 1 and 10 bound objects
+  add their patches to the tail.
 - **Cycles.** The in-process cycles at 8 clients, in the profiled runs
   of the morning of 2026-12-06 (the cycles table above predates the
   raise): the route 57 and 63 cycles a second, the floor 187 and 223, a
@@ -134,25 +135,23 @@ whatever else it does:
   acquire+release cycle's p50 was 101 to 104 ms at 1 and 8 clients, and
   the route reached 0.44 (the Go handle) and 0.42 (the plain client) of
   the floor's cycles at 8 clients, 0.55 and 0.58 at 32 (medians of three
-  rounds), where it reached 0.9 of the floor in the profiles of the
-  night before. Renews, which raise nothing, did not move as much: 0.66
-  and 0.84 of the floor's at 8 clients, 0.99 and 0.83 at 32. The
+  rounds), where the profiles of the night before put it at about 0.9
+  of the floor. Renews, which raise nothing, stay closer to the floor:
+  0.66 and 0.84 of its renews at 8 clients, 0.99 and 0.83 at 32. The
   handoffs to waiters, each an acquire, went from a p50 of 4 to 11 ms
   (the wake-up rows) to 71 to 74 ms. The route's targets as users run it
   (0.95 of the floor at 8 clients, 0.9 at 32) are not met, and the
   breakdown below is no longer what separates the route from the floor:
   about 100 ms of waiting per acquire is.
 
-SPEC requires the raise before the answer and that no bound object be
-missed; it does not require the wait. Not changed here (` + "`locks/fence.go`" + `
-is outside this change); what would close it, in order of how much it
-saves: skip the lists for a slot that cannot have bound objects (a mark
-the guard webhook sets at binding time on an object the acquire reads
-consistently anyway, the permit's slot being the natural one were it not
-deleted at release); or list at the acquire's own write's version with
-` + "`resourceVersionMatch=NotOlderThan`" + `, which waits for the same
-notification and so saves nothing; or read the bound objects from etcd
-rather than the cache, which kube-apiserver offers no request to force.
+SPEC requires the raise before the answer, and that no bound object be
+missed; it does not require the wait. Not changed here: ` + "`locks/fence.go`" + `
+is outside this change. A list at the acquire's own write's version
+(` + "`resourceVersionMatch=NotOlderThan`" + `) waits for the same notification,
+and kube-apiserver has no request that forces a read from etcd. Closing
+it needs a way to know, without a consistent read of a kind nobody just
+wrote, that a slot has no bound objects (then the lists are skipped), or
+that the objects listed are all there are.
 
 ## Where a cycle's CPU goes, as users run it
 

@@ -57,6 +57,21 @@ const notes = `
   Three rounds take the paths in turn after a warm-up, and each ratio is
   taken round by round: the median says what a run found, the least and
   most how far the machine moved it.
+- **Acquires with bound objects** count what an acquire of a free slot
+  costs kube-apiserver with 0, 1 and 10 objects bound to it: the permit's
+  one write is unchanged, the raise adds one list per guarded kind and
+  one patch (through the guard's two webhooks) per bound object. Their
+  latency is the raise's: read it with the section on the fence's lists
+  below.
+- **Leader election** sets package election beside client-go's Lease
+  lock as a controller runs either, at the same timings: a renew is one
+  write for both (client-go renews a lock it leads without reading it),
+  and the permit's renew costs kube-apiserver more, for the CRD and the permit
+  webhook that stamps it. The fenced writes' extra cost is the guard's
+  two webhook calls per write and the token read as each write is sent.
+- **The Locks page** rows come from ` + "`internal/dashboard`" + `'s
+  TestPageAtScale, which the benchmark runs: a browser's time to draw
+  10,000 rows, and how far behind the renews it shows them.
 
 ## Where the time goes
 

@@ -50,9 +50,10 @@ NODE_TOOLS := kube-controller-manager kube-scheduler kube-proxy kubelet
 node-tools: ## Build kube-controller-manager, kube-scheduler, kube-proxy and the kubelet into bin/ (make e2e's node).
 	for t in $(NODE_TOOLS); do hack/build-tools.sh $$t hack/node k8s.io/kubernetes/cmd/$$t; done
 
-# The node's sandbox (pause) image and the image examples/cronjob runs in
-# the e2e test (queenlock and a report that sleeps), built like the
-# manager's: nothing can be pulled on the node.
+# The node's sandbox (pause) image, the image examples/cronjob runs in
+# the e2e test (queenlock and a report that sleeps) and
+# examples/fenced-controller's, built like the manager's: nothing can be
+# pulled on the node.
 E2E_DIR := $(BIN)/e2e
 
 .PHONY: e2e-images e2e
@@ -64,6 +65,9 @@ e2e-images: image
 		-file /pause=$(E2E_DIR)/pause
 	$(BIN)/image-tool -out $(E2E_DIR)/report.tar -name queen-locks.test/e2e/report:1 -entrypoint /queenlock \
 		-file '/queenlock=$(BIN)/image/{os}-{arch}/queenlock' -file /report=$(E2E_DIR)/report
+	CGO_ENABLED=0 go build $(IMAGE_GOFLAGS) -o $(E2E_DIR)/fenced-controller ./examples/fenced-controller
+	$(BIN)/image-tool -out $(E2E_DIR)/fenced-controller.tar -name queen-locks.test/e2e/fenced-controller:1 -entrypoint /fenced-controller \
+		-file /fenced-controller=$(E2E_DIR)/fenced-controller
 
 E2E_FLAGS ?=
 

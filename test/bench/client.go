@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -165,11 +167,11 @@ func newClientProc(cfg clientConfig) (*clientProc, func(), error) {
 		cancel()
 		return nil, nil, err
 	}
-	for range maxClients {
+	for i := range maxClients {
 		// The shipped defaults: no Client, no namespace (the route's
 		// default, as make dev's users call it).
 		cp.handles = append(cp.handles, handle.HTTP(cfg.Route, handle.HTTPOptions{}))
-		cp.plain = append(cp.plain, &plainClient{addr: u.Host, path: u.Path})
+		cp.plain = append(cp.plain, &plainClient{addr: u.Host, path: u.Path, from: net.IPv4(127, 0, 1, byte(1+i%250))})
 	}
 	if err := waitRoute(cp.handles[0]); err != nil {
 		cancel()
@@ -320,8 +322,14 @@ func (cp *clientProc) renews(ctx context.Context, h holding, c clientCommand, na
 // its connection alive: one HTTP/1.1 connection, a request written whole,
 // the answer read whole, and the connection used again. No pool, no
 // HTTP/2, nothing of Go's HTTP client.
+//
+// Each dials from a loopback address of its own (from), as callers in
+// separate pods come from addresses of their own: the route bounds the
+// connections of one address (64 by default), and the Go handles' pool,
+// which this process shares, may hold as many idle.
 type plainClient struct {
 	addr, path string
+	from       net.IP
 	conn       net.Conn
 	r          *bufio.Reader
 }
@@ -333,14 +341,33 @@ func (p *plainClient) close() {
 	}
 }
 
-// call sends one operation and answers its result.
+// call sends one operation and answers its result. The route closes a
+// connection left idle past its idle timeout; a call that finds its kept
+// connection closed so (no answer at all) is sent again on a new one, as
+// Go's and curl's clients do.
 func (p *plainClient) call(op map[string]any) (routeapi.Result, error) {
 	body, err := json.Marshal(map[string]any{"operations": []any{op}})
 	if err != nil {
 		return routeapi.Result{}, err
 	}
+	reused := p.conn != nil
+	res, err := p.send(body)
+	if reused && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		res, err = p.send(body)
+	}
+	return res, err
+}
+
+// send writes one call on the kept connection, dialling one if there is
+// none, and reads its answer.
+func (p *plainClient) send(body []byte) (routeapi.Result, error) {
+	var err error
 	if p.conn == nil {
-		if p.conn, err = net.DialTimeout("tcp", p.addr, 10*time.Second); err != nil {
+		d := net.Dialer{Timeout: 10 * time.Second}
+		if p.from != nil {
+			d.LocalAddr = &net.TCPAddr{IP: p.from}
+		}
+		if p.conn, err = d.Dial("tcp", p.addr); err != nil {
 			return routeapi.Result{}, err
 		}
 		p.r = bufio.NewReader(p.conn)

@@ -498,7 +498,7 @@ func (bn *bench) external() error {
 		"`make dev`'s own command, built and started as its own process: its control plane, the manager under its own ServiceAccount with its chart RBAC, gated pods on, "+
 		"the route on loopback with `--auth=none`. The clients run in another process (this benchmark's binary started again with `-client`) and call the route over loopback: "+
 		"the Go handle made with its shipped defaults (`handle.HTTP(url, handle.HTTPOptions{})`), and a plain HTTP/1.1 client that keeps one connection per client alive and writes each request whole, "+
-		"as curl or a client in any language would. From that same process, as floors: Leases, and the copy of the QueenLock CRD the cycles above use, "+
+		"as curl or a client in any language would, each from a loopback address of its own (127.0.1.N), as callers in separate pods are. From that same process, as floors: Leases, and the copy of the QueenLock CRD the cycles above use, "+
 		"both written under a ServiceAccount of their own with a token (authentication and RBAC, as the manager writes), the floor's client running one informer on its CRD in every namespace, as the manager must. "+
 		"Each row takes %d rounds of %s after a warm-up of a second, the paths in turn within each round; a ratio is taken round by round and given as its median (least to most). "+
 		"CPU per cycle is read from /proc for the route's process (make dev's, which runs the manager, its webhooks and the route), its kube-apiserver and etcd, and the clients' process, "+

@@ -126,3 +126,45 @@ func TestPlainClientKeepsItsConnection(t *testing.T) {
 		t.Errorf("%d connections for 5 calls, one closed by the server; want 2", n)
 	}
 }
+
+// A kept connection the server closed while it was idle (the route's idle
+// timeout) is found closed by the next call, which is sent again on a new
+// connection; every connection comes from the client's own address.
+func TestPlainClientCallsAgainOnAConnectionClosedWhileIdle(t *testing.T) {
+	froms := make(chan string, 4)
+	closed := make(chan struct{}, 4)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, `{"results":[{"index":0,"op":"acquire","name":"a","acquired":true,"slot":0,"token":42,"owner":"r"}]}`)
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			froms <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+		case http.StateClosed:
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p := &plainClient{addr: strings.TrimPrefix(srv.URL, "http://"), path: "/api/v1/locks", from: net.IPv4(127, 0, 1, 9)}
+	defer p.close()
+	if tok, err := p.acquire(context.Background(), "a"); err != nil || tok != 42 {
+		t.Fatalf("first call: %d, %v", tok, err)
+	}
+	// The server ends its idle connections, as the route does past its
+	// idle timeout; the client still holds its end.
+	srv.Config.SetKeepAlivesEnabled(false)
+	<-closed
+	if p.conn == nil {
+		t.Fatal("the client dropped its connection by itself; the case is not made")
+	}
+	if tok, err := p.acquire(context.Background(), "a"); err != nil || tok != 42 {
+		t.Fatalf("call on the connection closed while idle: %d, %v", tok, err)
+	}
+	for range 2 {
+		if from := <-froms; from != "127.0.1.9" {
+			t.Errorf("a connection came from %s, want the client's own 127.0.1.9", from)
+		}
+	}
+}

@@ -42,7 +42,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long each throughput row runs, in one-second rounds")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
-	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, external, batch, renew, memory, wakeup, gated")
+	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, external, batch, bound, renew, election, memory, wakeup, gated, dashboard")
 	calls := flag.Int("calls", 40, "operations of each kind whose API calls are counted")
 	flag.StringVar(&saveMetrics, "save-metrics", "", "write kube-apiserver's last scraped /metrics text here")
 	flag.StringVar(&featureGates, "apiserver-feature-gates", "", "kube-apiserver's --feature-gates, for trying one (CBORServingAndStorage=true, say)")
@@ -216,24 +216,38 @@ type summary struct {
 	// The route's cycles to the floor's with the clients in their own
 	// process, as users run it.
 	external *extResult
+	// Acquires with 0, 1 and 10 bound objects: p50 and p99 to 0's.
+	bound map[int][2]float64
+	// kube-apiserver CPU per renew, QueenLock lock to Lease lock, by
+	// round; a fenced write's p50 and p99 to a plain one's at 8 writers.
+	electionCPU          *spread
+	fencedP50, fencedP99 float64
+	// The Locks page at 10,000 permits.
+	page *pageFigures
 }
 
 // section is one part of the report.
 type section struct {
 	name string
 	run  func(*bench) error
+	// own: the section starts what it measures itself (make dev, a test
+	// binary) and needs no control plane in this process.
+	own bool
 }
 
 // sections are the parts of the report, in order (-sections picks some).
 var sections = []section{
-	{"calls", (*bench).calls},
-	{"cycles", (*bench).cycles},
-	{"external", (*bench).external},
-	{"batch", (*bench).batch},
-	{"renew", (*bench).renew},
-	{"memory", (*bench).memory},
-	{"wakeup", (*bench).wakeup},
-	{"gated", (*bench).gated},
+	{"calls", (*bench).calls, false},
+	{"cycles", (*bench).cycles, false},
+	{"external", (*bench).external, true},
+	{"batch", (*bench).batch, false},
+	{"bound", (*bench).bound, false},
+	{"renew", (*bench).renew, false},
+	{"election", (*bench).election, false},
+	{"memory", (*bench).memory, false},
+	{"wakeup", (*bench).wakeup, false},
+	{"gated", (*bench).gated, false},
+	{"dashboard", (*bench).dashboard, true},
 }
 
 func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) error {
@@ -243,10 +257,14 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 		}
 	}
 	bn := &bench{d: d, nPermits: nPermits, nCalls: nCalls}
-	// Every section but the external one runs on a control plane and a
-	// manager in this process; the external one starts its own, as make
-	// dev does, and needs nothing here.
-	if !slices.Equal(only, []string{"external"}) {
+	// Most sections run on a control plane and a manager in this process;
+	// the external one starts its own, as make dev does, and the dashboard
+	// one runs a test that starts its own: they need nothing here.
+	needLocal := false
+	for _, s := range sections {
+		needLocal = needLocal || (!s.own && (len(only) == 0 || slices.Contains(only, s.name)))
+	}
+	if needLocal {
 		stop, err := bn.startLocal()
 		if err != nil {
 			return err
@@ -278,7 +296,7 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	report := strings.Replace(b.String(), "%END_LOAD%", procfs.LoadAvg(), 1) + bn.sum.write()
 	fmt.Print(report)
 	if outPath != "" {
-		doc := "# Benchmarks\n\nReproduce with `make bench` (about a quarter of an hour; `go run ./test/bench -sections external` for the route as users run it alone, about five minutes). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
+		doc := "# Benchmarks\n\nReproduce with `make bench` (about half an hour; `go run ./test/bench -sections NAME,...` for some sections alone: `external` for the route as users run it, about five minutes, `bound`, `election` and `dashboard` about two, four and five). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
 		return os.WriteFile(outPath, []byte(doc), 0o644)
 	}
 	return nil

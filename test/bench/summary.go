@@ -111,6 +111,34 @@ func (s summary) write() string {
 	}
 	b.WriteString(s.costTargets())
 	b.WriteString(s.externalTargetsMet())
+	b.WriteString(s.fenceElectionPage())
+	return b.String()
+}
+
+// fenceElectionPage says what the bound, election and dashboard sections
+// found, from their rows: what the fence's raise adds to an acquire, what
+// package election costs beside client-go's Lease lock, and how the Locks
+// page keeps up.
+func (s summary) fenceElectionPage() string {
+	if s.bound == nil && s.electionCPU == nil && s.page == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Fencing, leader election and the Locks page, in this run\n\n")
+	if s.bound != nil {
+		fmt.Fprintf(&b, "- **An acquire's raise of its slot's bound objects:** an acquire's p50 with 1 and 10 bound objects was %.2f and %.2f times one with none (p99 %.2f and %.2f).\n",
+			s.bound[1][0], s.bound[10][0], s.bound[1][1], s.bound[10][1])
+	}
+	if s.electionCPU != nil {
+		fmt.Fprintf(&b, "- **A leader's renew, package election to client-go's Lease lock at the same retry period:** %s times the kube-apiserver CPU per renew (median of the rounds, least to most).\n", s.electionCPU)
+	}
+	if s.fencedP50 > 0 {
+		fmt.Fprintf(&b, "- **A fenced write to a plain one, at 8 writers:** p50 %.2f, p99 %.2f times.\n", s.fencedP50, s.fencedP99)
+	}
+	if s.page != nil {
+		fmt.Fprintf(&b, "- **The Locks page:** %d rows rendered %s after it was opened; at %d renews a second, a renew showed on the page %s after its answer at p50, %s at p99.\n",
+			s.page.Permits, msf(s.page.RenderMs), s.page.Rate, msf(s.page.LagP50Ms), msf(s.page.LagP99Ms))
+	}
 	return b.String()
 }
 

@@ -127,9 +127,10 @@ function permitRow(p, now) {
   }
   const c = tr.children;
   if (tr.dataset.token && tr.dataset.token !== p.token) {
-    tr.classList.remove("changed");
-    void tr.offsetWidth; // restart the flash
-    tr.classList.add("changed");
+    // Restart the flash by switching its name (style.css): reading the
+    // row's layout to restart it would lay out the whole table each time.
+    if (tr.classList.contains("changed")) tr.classList.toggle("again");
+    else tr.classList.add("changed");
   }
   tr.dataset.token = p.token;
   tr.dataset.lock = p.lock;
@@ -206,17 +207,49 @@ function compare(a, b) {
   return ka < kb ? -1 : ka > kb ? 1 : 0;
 }
 
+// stay answers which of rows, in the order the table shows them now, can
+// stay where they are: the longest run of them already in the wanted
+// order (the longest increasing subsequence of their wanted places).
+function stay(rows, want) {
+  const tails = [], tailAt = [], prev = new Array(rows.length);
+  rows.forEach((r, i) => {
+    const w = want.get(r);
+    if (w === undefined) return;
+    let lo = 0, hi = tails.length;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (tails[mid] < w) lo = mid + 1; else hi = mid; }
+    tails[lo] = w; tailAt[lo] = i;
+    prev[i] = lo > 0 ? tailAt[lo - 1] : -1;
+  });
+  const keep = new Set();
+  for (let i = tails.length ? tailAt[tails.length - 1] : -1; i >= 0; i = prev[i]) keep.add(rows[i]);
+  return keep;
+}
+
 function order() {
   const body = permitBody();
   const rows = [...state.permits.values()].sort(compare).map((p) => rowEls.get(`${p.namespace}/${p.name}`));
-  let same = body.children.length === rows.length;
-  for (let i = 0; same && i < rows.length; i++) same = body.children[i] === rows[i];
+  const shown = [...body.children];
+  let same = shown.length === rows.length;
+  for (let i = 0; same && i < rows.length; i++) same = shown[i] === rows[i];
   if (same) return;
   // Moving a row takes focus from a button in it: give it back.
   const focused = document.activeElement;
-  const frag = document.createDocumentFragment();
-  for (const r of rows) frag.append(r);
-  body.replaceChildren(frag);
+  // A renew moves its row (sorted by expiry, it goes to the end): move
+  // only the rows out of place, not the whole table, which the browser
+  // would lay out again whole at every renew.
+  const want = new Map(rows.map((r, i) => [r, i]));
+  const keep = stay(shown, want);
+  if (keep.size < rows.length / 2) {
+    const frag = document.createDocumentFragment();
+    for (const r of rows) frag.append(r);
+    body.replaceChildren(frag);
+  } else {
+    let next = null;
+    for (let i = rows.length - 1; i >= 0; i--) {
+      if (!keep.has(rows[i])) body.insertBefore(rows[i], next);
+      next = rows[i];
+    }
+  }
   if (focused && focused !== document.activeElement && document.contains(focused)) focused.focus({ preventScroll: true });
 }
 

@@ -44,6 +44,7 @@ func inside(m *testing.M) int {
 		filepath.Join(bin, "queen-locks-image.tar"),
 		filepath.Join(bin, "e2e", "pause.tar"),
 		filepath.Join(bin, "e2e", "report.tar"),
+		filepath.Join(bin, "e2e", "fenced-controller.tar"),
 	}
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "%s e2e: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))

@@ -34,9 +34,7 @@ type Follow interface {
 
 // acquireInLine is a waiting acquire that takes its turn. It tries at once
 // when the line is empty, as a plain acquire; when that loses, it joins the
-// line (see place) and from then on tries only when its watch shows a slot
-// it can use free, and fewer waiters ahead of it that could use one than
-// there are such slots. A watch can be behind, never ahead: a waiter
+// line (see place) and from then on tries only at its turn (see turn). A watch can be behind, never ahead: a waiter
 // earlier than this one was created before it, so a watch that has seen
 // this waiter has seen every earlier one, and a departure it has not seen
 // yet only makes it wait for that event. The decision to try comes from
@@ -64,6 +62,9 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (Acqui
 		return Acquired{}, err
 	}
 	a.queued = true
+	if q, ok := f.(interface{ Queued() }); ok {
+		q.Queued()
+	}
 	expiry := time.NewTimer(time.Hour)
 	defer expiry.Stop()
 	last := false
@@ -121,10 +122,12 @@ func (l *Client) heldNow(ctx context.Context, a *acquire) (Acquired, error) {
 }
 
 // turn tells whether the waiter at p may try now, by its watch: a permit
-// of its owner is there (the try answers already), or more slots it can
-// use are free than there are waiters ahead of it that could use one. It
-// also answers when the next permit it can use may be taken over, for a
-// timer.
+// of its owner is there (the try answers already), or a slot it can use
+// is free and no waiter ahead of it could use one. So waiters take slots
+// one at a time, in their order, even when several free at once: the next
+// tries when the watch shows the one before it gone from the line, which
+// it leaves only once its acquire has answered. It also answers when the
+// next permit it can use may be taken over, for a timer.
 func (l *Client) turn(f Follow, p *place, a *acquire) (bool, time.Time) {
 	ws, ok := f.Line()
 	if !ok {
@@ -180,7 +183,7 @@ func (l *Client) turn(f Follow, p *place, a *acquire) (bool, time.Time) {
 			ahead++
 		}
 	}
-	return ahead < free, next
+	return ahead == 0, next
 }
 
 // LineKey is a waiter's place in its lock's line: the resourceVersion of

@@ -22,6 +22,16 @@ type follow struct {
 	h *Hub
 	k key
 	c chan struct{}
+	// queued is set once the acquire waits in the line (under h.mu).
+	queued bool
+}
+
+// Queued tells the hub that the acquire lost its first try and waits in
+// the line: Asleep counts it.
+func (f *follow) Queued() {
+	f.h.mu.Lock()
+	f.queued = true
+	f.h.mu.Unlock()
 }
 
 // Follow lets a waiting acquire take its turn in its lock's line, read
@@ -29,7 +39,7 @@ type follow struct {
 // the hub has no cache of waiters, its caches are not synced yet, or as
 // many calls wait as it allows.
 func (h *Hub) Follow(ns, lock string) (locks.Follow, bool) {
-	if h.line == nil || h.lister == nil || !h.lineReady.Load() || !h.ready.Load() {
+	if h.line == nil || h.lister == nil || !h.synced() {
 		return nil, false
 	}
 	h.mu.Lock()
@@ -46,6 +56,23 @@ func (h *Hub) Follow(ns, lock string) (locks.Follow, bool) {
 	h.follows[k][f] = struct{}{}
 	return f, true
 }
+
+// synced waits, for a manager that is starting, until its caches of
+// permits and waiters have synced: a waiter that fell back to waiting
+// unordered would take no place in the line. It gives up after
+// syncTimeout.
+func (h *Hub) synced() bool {
+	deadline := time.Now().Add(syncTimeout)
+	for !h.lineReady.Load() || !h.ready.Load() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+const syncTimeout = 30 * time.Second
 
 func (f *follow) C() <-chan struct{} { return f.c }
 

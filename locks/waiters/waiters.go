@@ -358,7 +358,8 @@ func (h *Hub) armLocked(p *locksv1alpha1.QueenLock) {
 	})
 }
 
-// Asleep is how many waiters have lost a try and wait for a wake now.
+// Asleep is how many waiters have lost a try and wait for a wake now,
+// or wait in their lock's line.
 func (h *Hub) Asleep() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -366,6 +367,13 @@ func (h *Hub) Asleep() int {
 	for _, q := range h.locks {
 		for _, w := range q.waiters {
 			if w.lost && !w.hot {
+				n++
+			}
+		}
+	}
+	for _, fs := range h.follows {
+		for f := range fs {
+			if f.queued {
 				n++
 			}
 		}

@@ -89,6 +89,9 @@ func (s *LineSweep) sweep(ctx context.Context) error {
 	live := make(map[types.UID]bool, len(list.Items))
 	for i := range list.Items {
 		w := &list.Items[i]
+		if w.Spec.Pod != nil {
+			continue // the gate's: it leaves with its pod
+		}
 		live[w.UID] = true
 		v, ok := s.seen[w.UID]
 		if !ok || v.rv != w.ResourceVersion {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/permit"
 )
@@ -51,7 +53,9 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (Acqui
 			p.leave()
 		}
 	}()
-	if ws, ok := f.Line(); ok && len(ws) == 0 {
+	// The first try is a plain acquire, unless the watch already shows
+	// others waiting: it costs a free lock one create, as without a wait.
+	if ws, _ := f.Line(); len(ws) == 0 {
 		got, err := l.try(ctx, a)
 		if err != nil || !lostTry(got) {
 			return got, err
@@ -59,6 +63,11 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (Acqui
 	}
 	var err error
 	if p, err = l.join(ctx, a); err != nil {
+		if apierrors.IsForbidden(err) {
+			// A client that may not join the line waits outside it, woken
+			// as before the line.
+			return l.acquireWaiting(ctx, a)
+		}
 		return Acquired{}, err
 	}
 	a.queued = true
@@ -235,5 +244,16 @@ func (l *Client) yields(ctx context.Context, a *acquire) (bool, error) {
 		return false, nil
 	}
 	n, err := l.Waiting(ctx, a.ns, a.lock)
+	if apierrors.IsForbidden(err) {
+		// A client that may not read the line (a role written before
+		// the line, with rights on permits alone) cannot respect it:
+		// it acquires as it did before the line.
+		return false, nil
+	}
 	return n > 0, err
 }
+
+// Queued tells an acquire that its caller has waited its turn in the
+// lock's line (the gate does, for a gated pod's waiter): it may take a
+// free or expired slot while others wait behind it.
+func Queued() AcquireOption { return func(c *acquireConfig) { c.queued = true } }

@@ -60,6 +60,12 @@ type QueenLockWaiterSpec struct {
 	// +kubebuilder:validation:MaxLength=256
 	Carrier string `json:"carrier,omitempty"`
 
+	// pod is the gated pod that waits, when a gated pod does. The gate
+	// carries such a waiter while the pod waits and removes it when the
+	// pod is let in or leaves the line; it is not renewed.
+	// +optional
+	Pod *PodRef `json:"pod,omitempty"`
+
 	// since is when the waiter began to wait, by its carrier's clock, to
 	// the microsecond. It orders nothing.
 	// +optional

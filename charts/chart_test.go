@@ -292,8 +292,11 @@ func TestWorkloadRoles(t *testing.T) {
 		rules     []string
 		aggregate string
 	}{
-		"queen-locks-holder": {[]string{"locks.queen.dev|queenlocks|create,delete,get,list,patch,update,watch"}, "rbac.authorization.k8s.io/aggregate-to-edit"},
-		"queen-locks-viewer": {[]string{"locks.queen.dev|queenlocks|get,list,watch"}, "rbac.authorization.k8s.io/aggregate-to-view"},
+		"queen-locks-holder": {[]string{
+			"locks.queen.dev|queenlocks|create,delete,get,list,patch,update,watch",
+			"locks.queen.dev|queenlockwaiters|create,delete,get,list,patch,update,watch",
+		}, "rbac.authorization.k8s.io/aggregate-to-edit"},
+		"queen-locks-viewer": {[]string{"locks.queen.dev|queenlocks,queenlockwaiters|get,list,watch"}, "rbac.authorization.k8s.io/aggregate-to-view"},
 	} {
 		role := get(t, objs, "ClusterRole/"+name)
 		if d := cmp.Diff(want.rules, normRules(t, role)); d != "" {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/permit"
@@ -63,7 +64,7 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (Acqui
 	}
 	var err error
 	if p, err = l.join(ctx, a); err != nil {
-		if apierrors.IsForbidden(err) {
+		if noLine(err) {
 			// A client that may not join the line waits outside it, woken
 			// as before the line.
 			return l.acquireWaiting(ctx, a)
@@ -244,7 +245,7 @@ func (l *Client) yields(ctx context.Context, a *acquire) (bool, error) {
 		return false, nil
 	}
 	n, err := l.Waiting(ctx, a.ns, a.lock)
-	if apierrors.IsForbidden(err) {
+	if noLine(err) {
 		// A client that may not read the line (a role written before
 		// the line, with rights on permits alone) cannot respect it:
 		// it acquires as it did before the line.
@@ -257,3 +258,10 @@ func (l *Client) yields(ctx context.Context, a *acquire) (bool, error) {
 // lock's line (the gate does, for a gated pod's waiter): it may take a
 // free or expired slot while others wait behind it.
 func Queued() AcquireOption { return func(c *acquireConfig) { c.queued = true } }
+
+// noLine tells whether err says this client has no line to wait in: it
+// may not read or write waiters, or the API server does not serve them
+// (a cluster whose CRDs predate the line).
+func noLine(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
+}

@@ -155,8 +155,12 @@ func (f *watchFollow) Permits() []locksv1alpha1.QueenLock {
 	return ps
 }
 
+// Line answers false until both watches have listed: a waiter that saw
+// the line but not yet the permits would take every slot for free.
 func (f *watchFollow) Line() ([]locksv1alpha1.QueenLockWaiter, bool) {
-	return f.waiters.items()
+	ws, listed := f.waiters.items()
+	_, permitsListed := f.permits.items()
+	return ws, listed && permitsListed
 }
 
 // store is what one watch has seen of one kind, by name.

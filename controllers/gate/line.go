@@ -183,7 +183,6 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ln.inLineOrder(waiting)
 	told := l.toldOf(req.NamespacedName, waiting)
 	retry, expires, err := l.admit(ctx, lock, waiting, told, ln)
 	if err := errors.Join(append(holdErrs, err)...); err != nil {

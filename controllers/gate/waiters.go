@@ -34,7 +34,10 @@ type line struct {
 // waiters of pods that no longer wait (let in, deleted, gone). A pod thus
 // takes its place among the route's and the handles' waiters when the
 // leader first sees it waiting: a new leader keeps the places the pods
-// had, since their waiters outlive it.
+// had, since their waiters outlive it. Among themselves the pods keep the
+// order of queued-at, as before the line: a pod waits behind the waiters
+// of other kinds ahead of its own waiter, and behind the pods queued
+// before it.
 func (l *Line) lineUp(ctx context.Context, ns, lock string, waiting []*corev1.Pod) (line, error) {
 	var list locksv1alpha1.QueenLockWaiterList
 	if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
@@ -137,22 +140,6 @@ func (ln line) behind(pod *corev1.Pod) bool {
 	me := locks.LineKey(mine)
 	return slices.ContainsFunc(ln.all, func(w locksv1alpha1.QueenLockWaiter) bool {
 		return w.Spec.Pod == nil && locks.LineKey(&w) < me
-	})
-}
-
-// inLineOrder sorts the waiting pods by their places in the line.
-func (ln line) inLineOrder(waiting []*corev1.Pod) {
-	slices.SortStableFunc(waiting, func(a, b *corev1.Pod) int {
-		wa, wb := ln.byPod[a.UID], ln.byPod[b.UID]
-		switch {
-		case wa == nil || wb == nil:
-			return 0
-		case locks.LineKey(wa) < locks.LineKey(wb):
-			return -1
-		case locks.LineKey(wa) > locks.LineKey(wb):
-			return 1
-		}
-		return 0
 	})
 }
 

@@ -22,6 +22,7 @@ import (
 
 var (
 	queenlocksGVR = locksv1alpha1.GroupVersion.WithResource("queenlocks")
+	waitersGVR    = locksv1alpha1.GroupVersion.WithResource("queenlockwaiters")
 	podsGVR       = corev1.SchemeGroupVersion.WithResource("pods")
 	configMapsGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
 	secretsGVR    = corev1.SchemeGroupVersion.WithResource("secrets")
@@ -57,6 +58,7 @@ func (src *source) owns(r row) bool {
 // sources are the watches of the page for namespace ns ("" for all).
 func (s *Server) sources(ns string) []*source {
 	permits := s.clients.dyn.Resource(queenlocksGVR).Namespace(ns)
+	line := s.clients.dyn.Resource(waitersGVR).Namespace(ns)
 	pods := s.clients.dyn.Resource(podsGVR).Namespace(ns)
 	dynList := func(ri interface {
 		List(context.Context, metav1.ListOptions) (*unstructured.UnstructuredList, error)
@@ -87,6 +89,24 @@ func (s *Server) sources(ns string) []*source {
 			keyOf: func(o runtime.Object) string {
 				m, _ := meta.Accessor(o)
 				return m.GetNamespace() + "/" + m.GetName()
+			},
+		},
+		{
+			name: "waiters", kind: kindWaiter,
+			list: dynList(line), wtch: line.Watch,
+			row: func(o runtime.Object) (row, error) {
+				var w locksv1alpha1.QueenLockWaiter
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.(*unstructured.Unstructured).Object, &w); err != nil {
+					return nil, err
+				}
+				if r := newLineWaiter(&w); r != nil {
+					return r, nil
+				}
+				return nil, nil
+			},
+			keyOf: func(o runtime.Object) string {
+				m, _ := meta.Accessor(o)
+				return "waiter:" + m.GetNamespace() + "/" + m.GetName()
 			},
 		},
 		{

@@ -8,6 +8,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
@@ -61,7 +62,12 @@ func (f lineFeed) NeedLeaderElection() bool { return false }
 func (f lineFeed) Start(ctx context.Context) error {
 	inf, err := f.c.GetInformer(ctx, &locksv1alpha1.QueenLockWaiter{})
 	if err != nil {
-		return fmt.Errorf("watching the lines of locks: %w", err)
+		// A cluster whose CRDs predate the line: the route still serves,
+		// and waiting calls wait outside a line, as they did before it.
+		logf.FromContext(ctx).Error(err, "no line for waiting calls: the waiters' resource cannot be watched")
+		f.h.lineDown.Store(true)
+		<-ctx.Done()
+		return nil
 	}
 	changed := func(obj any) {
 		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
@@ -71,9 +77,11 @@ func (f lineFeed) Start(ctx context.Context) error {
 			f.h.LineChanged(w)
 		}
 	}
+	// A renew changes no place in the line: only waiters that join or
+	// leave wake the calls that follow the lock, so that many waiters
+	// renewing do not keep every one of them looking at the line.
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    changed,
-		UpdateFunc: func(_, obj any) { changed(obj) },
 		DeleteFunc: changed,
 	})
 	if err != nil {

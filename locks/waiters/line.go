@@ -64,7 +64,7 @@ func (h *Hub) Follow(ns, lock string) (locks.Follow, bool) {
 func (h *Hub) synced() bool {
 	deadline := time.Now().Add(syncTimeout)
 	for !h.lineReady.Load() || !h.ready.Load() {
-		if time.Now().After(deadline) {
+		if h.lineDown.Load() || time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -124,9 +124,9 @@ func (w Watcher) Follow(ns, lock string) (locks.Follow, bool) {
 		waiters: store[locksv1alpha1.QueenLockWaiter]{m: map[string]locksv1alpha1.QueenLockWaiter{}},
 	}
 	sel := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}}
-	go keep(ctx, w.C, sel, f.signal, &f.permits, func() client.ObjectList { return &locksv1alpha1.QueenLockList{} },
+	go keep(ctx, w.C, sel, func(bool) { f.signal() }, &f.permits, func() client.ObjectList { return &locksv1alpha1.QueenLockList{} },
 		func(l client.ObjectList) []locksv1alpha1.QueenLock { return l.(*locksv1alpha1.QueenLockList).Items })
-	go keep(ctx, w.C, sel, f.signal, &f.waiters, func() client.ObjectList { return &locksv1alpha1.QueenLockWaiterList{} },
+	go keep(ctx, w.C, sel, f.signalLine, &f.waiters, func() client.ObjectList { return &locksv1alpha1.QueenLockWaiterList{} },
 		func(l client.ObjectList) []locksv1alpha1.QueenLockWaiter {
 			return l.(*locksv1alpha1.QueenLockWaiterList).Items
 		})
@@ -142,6 +142,14 @@ type watchFollow struct {
 
 func (f *watchFollow) C() <-chan struct{} { return f.c }
 func (f *watchFollow) Stop()              { f.stop() }
+
+// signalLine signals a change of the line: a waiter that joined or left,
+// not one renewed (modified is true), which changes no place.
+func (f *watchFollow) signalLine(modified bool) {
+	if !modified {
+		f.signal()
+	}
+}
 
 func (f *watchFollow) signal() {
 	select {
@@ -182,8 +190,9 @@ func (s *store[T]) items() ([]T, bool) {
 
 // keep lists the objects sel selects into s, then follows them with a
 // watch from that list's version, listing again whenever the watch ends,
-// until ctx ends. Every change signals.
-func keep[T any](ctx context.Context, c client.WithWatch, sel []client.ListOption, signal func(), s *store[T],
+// until ctx ends. Every change signals, saying whether it was a
+// modification.
+func keep[T any](ctx context.Context, c client.WithWatch, sel []client.ListOption, signal func(modified bool), s *store[T],
 	newList func() client.ObjectList, items func(client.ObjectList) []T,
 ) {
 	for ctx.Err() == nil {
@@ -202,7 +211,7 @@ func keep[T any](ctx context.Context, c client.WithWatch, sel []client.ListOptio
 		}
 		s.listed = true
 		s.mu.Unlock()
-		signal()
+		signal(false)
 		opts := append([]client.ListOption{&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion()}}}, sel...)
 		wi, err := c.Watch(ctx, newList(), opts...)
 		if err != nil {
@@ -227,7 +236,7 @@ func keep[T any](ctx context.Context, c client.WithWatch, sel []client.ListOptio
 				s.m[o.GetName()] = *it
 			}
 			s.mu.Unlock()
-			signal()
+			signal(ev.Type == watch.Modified)
 		}
 		wi.Stop()
 	}

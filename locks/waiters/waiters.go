@@ -46,6 +46,7 @@ type Hub struct {
 	// when the hub has no such cache (then acquires wait unordered).
 	line      LineLister
 	lineReady atomic.Bool
+	lineDown  atomic.Bool // the waiters' resource cannot be watched
 
 	mu      sync.Mutex
 	waiting int

@@ -16,7 +16,7 @@ type fixedFollow struct {
 	line    []locksv1alpha1.QueenLockWaiter
 }
 
-func (f fixedFollow) C() <-chan struct{}                  { return nil }
+func (f fixedFollow) C() <-chan struct{}                 { return nil }
 func (f fixedFollow) Permits() []locksv1alpha1.QueenLock { return f.permits }
 func (f fixedFollow) Line() ([]locksv1alpha1.QueenLockWaiter, bool) {
 	return f.line, true

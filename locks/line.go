@@ -231,6 +231,9 @@ func (l *Client) countLine(ctx context.Context, a *acquire, got *Acquired) error
 		return nil
 	}
 	n, err := l.Waiting(ctx, a.ns, a.lock)
+	if noLine(err) {
+		return nil // no line to count: none waits in it
+	}
 	got.Waiting = n
 	return err
 }

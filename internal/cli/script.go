@@ -67,6 +67,10 @@ func scriptCmd(ctx context.Context, e Env, op string, args []string) (int, error
 			res.Reason, code = a.Reason, ExitNotHeld
 			if a.Reason == locks.ReasonHeld {
 				res.Holders = routeapi.Holders(a.Holders)
+				if a.Waiting > 0 {
+					// Counted by the route; a direct transport does not.
+					res.Waiting = &a.Waiting
+				}
 			}
 		}
 	case "renew":

@@ -37,14 +37,35 @@ func TestStreamShowsTheLine(t *testing.T) {
 		_, _ = locks.New(wc, clock.RealClock{}).Acquire(ctx, ns, "busy", "patient", 600, 1, locks.WaitUpTo(time.Minute, waiters.Watcher{C: wc}))
 	}()
 	defer func() { cancel(); <-done }()
+	// The row comes as an upsert, or in a reset when the watch was made
+	// again meanwhile.
 	var key string
 	st.await("the waiter", func(e sse) bool {
-		var u upsert
-		if e.Name != "upsert" || json.Unmarshal(e.Data, &u) != nil || u.Kind != "waiter" || u.Row.Lock != "busy" || u.Row.Owner != "patient" {
-			return false
+		var rows []row
+		switch e.Name {
+		case "upsert":
+			var u upsert
+			if json.Unmarshal(e.Data, &u) != nil || u.Kind != "waiter" {
+				return false
+			}
+			rows = []row{u.Row}
+		case "reset":
+			var r struct {
+				Kind string
+				Rows []row
+			}
+			if json.Unmarshal(e.Data, &r) != nil || r.Kind != "waiter" {
+				return false
+			}
+			rows = r.Rows
 		}
-		key = "waiter:" + ns + "/" + u.Row.Name
-		return true
+		for _, r := range rows {
+			if r.Lock == "busy" && r.Owner == "patient" {
+				key = "waiter:" + ns + "/" + r.Name
+				return true
+			}
+		}
+		return false
 	})
 	cancel()
 	<-done

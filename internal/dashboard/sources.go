@@ -46,11 +46,18 @@ type source struct {
 	// guardKind is the kind of object a source of guarded rows reads:
 	// two sources make rows of that kind, and each replaces only its own.
 	guardKind string
+	// waiterKind is the Kind of waiter rows a source of waiters makes
+	// ("pod" or "waiter"): two sources make rows of the line, and each
+	// replaces only its own.
+	waiterKind string
 }
 
 func (src *source) owns(r row) bool {
-	if g, ok := r.(*guardedRow); ok {
-		return g.Kind == src.guardKind
+	switch r := r.(type) {
+	case *guardedRow:
+		return r.Kind == src.guardKind
+	case *waiterRow:
+		return r.Kind == src.waiterKind
 	}
 	return true
 }
@@ -92,7 +99,7 @@ func (s *Server) sources(ns string) []*source {
 			},
 		},
 		{
-			name: "waiters", kind: kindWaiter,
+			name: "waiters", kind: kindWaiter, waiterKind: "waiter",
 			list: dynList(line), wtch: line.Watch,
 			row: func(o runtime.Object) (row, error) {
 				var w locksv1alpha1.QueenLockWaiter
@@ -110,7 +117,7 @@ func (s *Server) sources(ns string) []*source {
 			},
 		},
 		{
-			name: "gated pods", kind: kindWaiter, selector: gatedpod.Label + "=" + gatedpod.LabelValue,
+			name: "gated pods", kind: kindWaiter, waiterKind: "pod", selector: gatedpod.Label + "=" + gatedpod.LabelValue,
 			list: dynList(pods), wtch: pods.Watch,
 			row: func(o runtime.Object) (row, error) {
 				var p corev1.Pod

@@ -84,3 +84,36 @@ func TestListWaitingShowsTheLineInOrder(t *testing.T) {
 		<-done
 	}
 }
+
+// A waiting run whose process is killed leaves the line within seconds:
+// its waiter stops being renewed and the manager removes it.
+func TestAKilledWaiterLeavesTheLine(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	l := locks.New(env.Client, nil)
+	if a, err := l.Acquire(ctx, ns, "held-long", "holder", 600, 1); err != nil || !a.Acquired {
+		t.Fatal(a, err)
+	}
+	c := cmd("run", "held-long", []string{"--kubeconfig", kubeconfig, "-n", ns}, "--ttl", "90s", "--wait", "60s", "--", "true")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = c.Wait(); close(exited) }()
+	line := func(n int) time.Duration {
+		start := time.Now()
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			got, err := l.Waiting(ctx, ns, "held-long")
+			return got == n, err
+		}); err != nil {
+			t.Fatalf("the line never held %d: %v", n, err)
+		}
+		return time.Since(start)
+	}
+	line(1)
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	t.Logf("the killed waiter left the line %v after", line(0).Round(time.Millisecond))
+}

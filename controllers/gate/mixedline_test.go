@@ -167,3 +167,18 @@ func TestGatedPodsShareTheLineWithEveryOtherWaiter(t *testing.T) {
 	released.Wait()
 	waitersOf(t, ns, lock, 0)
 }
+
+// A gated pod deleted while it waits leaves the line, and the waiter
+// behind it moves up: its waiter object goes with it.
+func TestADeletedGatedPodLeavesTheLine(t *testing.T) {
+	ns := entitledNamespace(t)
+	ctx := t.Context()
+	l := locks.New(env.Client, nil)
+	if a, err := l.Acquire(ctx, ns, "nightly", "holder", 600, 1); err != nil || !a.Acquired {
+		t.Fatal(a, err)
+	}
+	p := gated(t, ns, "early", "nightly")
+	waitersOf(t, ns, "nightly", 1)
+	remove(t, p)
+	waitersOf(t, ns, "nightly", 0)
+}

@@ -98,7 +98,7 @@ bench: tools ## Throughput, latency, renew load and memory, against a Lease base
 	go run ./test/bench -out docs/development/benchmarks.md
 
 .PHONY: flood
-flood: tools build ## Flood the webhook port and the route beside 50 live holders for 90 s (issue 40): no lock lost, writes admitted, manager's peak RSS under 512 MiB.
+flood: tools build ## Flood the webhook port and the route beside 50 live holders for 90 s: no lock lost, every review answered in time, writes admitted, manager's peak RSS under 512 MiB.
 	QUEEN_LOCKS_FLOOD=1 go test -count=1 -timeout 15m -v -run TestFlood ./test/flood/
 
 .PHONY: bench-scale

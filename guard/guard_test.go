@@ -335,7 +335,10 @@ func TestADeleteRacingTheHoldersRenewIsSentAgain(t *testing.T) {
 		if r.Method == http.MethodDelete {
 			once.Do(func() {
 				marked := tokenIn(t, storedConfigMap(t, ns, "out").Annotations[permit.FenceAnnotation])
-				eventually(t, "a renew after the mark", func() bool { return a.Token() > marked })
+				eventually(t, "a renew after the mark", func() bool { return a.Token() > marked || !a.Held() })
+				if !a.Held() {
+					t.Errorf("the handle lost its lock while the delete waited for its renew: %s (marked %d, token %d)", a.Reason(), marked, a.Token())
+				}
 			})
 		}
 	}, nil)
@@ -347,6 +350,31 @@ func TestADeleteRacingTheHoldersRenewIsSentAgain(t *testing.T) {
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "out"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("after the delete: %v", err)
+	}
+	if !a.Held() {
+		t.Fatalf("the handle lost its lock: %s", a.Reason())
+	}
+}
+
+func TestADryRunDeleteWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	a := handle.New(handle.Kube(env.Client, ns)).Lock("report", 30*time.Second)
+	acquire(t, a)
+	c := a.Client(env.Client)
+	if err := c.Create(ctx, configMap(ns, "out", "by a")); err != nil {
+		t.Fatal(err)
+	}
+	before := storedConfigMap(t, ns, "out")
+	if err := c.Delete(ctx, configMap(ns, "out", ""), client.DryRunAll); err != nil {
+		t.Fatalf("a dry-run delete by the holder: %v", err)
+	}
+	after := storedConfigMap(t, ns, "out")
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("a dry-run delete wrote the object: version %s, then %s (annotations %v)", before.ResourceVersion, after.ResourceVersion, after.Annotations)
+	}
+	if _, marked := after.Annotations[permit.DeletableAnnotation]; marked {
+		t.Fatal("a dry-run delete left the deletable mark")
 	}
 	if !a.Held() {
 		t.Fatalf("the handle lost its lock: %s", a.Reason())

@@ -144,6 +144,11 @@ func (g *Client) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts
 // marked version as its precondition, so that nothing written in between
 // is deleted unseen. A resourceVersion precondition the caller gives
 // applies to the mark.
+//
+// A dry run sends the mark as a dry run (the guard judges the token as it
+// would) and no delete: kube-apiserver would judge a dry-run delete
+// against the stored object, which a dry-run mark leaves unmarked, so it
+// would be refused whatever the token. Nothing is written.
 func (g *Client) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	if ok, err := g.guardedKind("delete", obj); err != nil || !ok {
 		if err != nil {
@@ -184,6 +189,9 @@ func (g *Client) Delete(ctx context.Context, obj client.Object, opts ...client.D
 				return err
 			}
 			marked := stored.DeepCopyObject().(client.Object)
+			if len(do.DryRun) > 0 {
+				return g.Client.Patch(ctx, marked, client.RawPatch(types.MergePatchType, mark), client.DryRunAll)
+			}
 			if err := g.Client.Patch(ctx, marked, client.RawPatch(types.MergePatchType, mark)); err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +41,7 @@ func (l *Client) Renew(ctx context.Context, ns, lock string, slot int, token uin
 			// permit being deleted is released: the webhook passes a write
 			// to it unstamped, and a renew that changed nothing would
 			// otherwise answer renewed with the old lifetime.
-			if p.Spec.Lock != lock || !p.DeletionTimestamp.IsZero() {
+			if p.Spec.Lock != lock || !p.DeletionTimestamp.IsZero() || gatedPods(p) {
 				return Renewed{Reason: ReasonLost}, nil
 			}
 			h, err := holderOf(p)
@@ -77,7 +78,7 @@ func (l *Client) stampRenew(ctx context.Context, ns, lock, name, rv string, old 
 			return nil, err
 		}
 	}
-	if old.Spec.Lock != lock || !old.DeletionTimestamp.IsZero() {
+	if old.Spec.Lock != lock || !old.DeletionTimestamp.IsZero() || gatedPods(old) {
 		return old, nil
 	}
 	p := old.DeepCopy()
@@ -113,4 +114,13 @@ func (l *Client) patchRenew(ctx context.Context, ns, name, rv, owner string, ttl
 	}
 	p := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	return p, l.c.Patch(ctx, p, client.RawPatch(types.MergePatchType, raw))
+}
+
+// gatedPods tells whether a permit is a gated pod's. Nobody renews it: its
+// token is the pod's for the pod's whole life, and its lifetime is the
+// pod's ttl. The permit webhook refuses such a renew to any caller but the
+// manager; the manager, renewing for a route caller who sent the token
+// alone, refuses it here.
+func gatedPods(p *locksv1alpha1.QueenLock) bool {
+	return strings.HasPrefix(p.Spec.Owner, permit.GateOwnerPrefix)
 }

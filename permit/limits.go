@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // The limits of the contract. Clients are written against them.
@@ -48,7 +50,40 @@ func ValidateOwner(owner string) error {
 	case !utf8.ValidString(owner):
 		return fmt.Errorf("must be valid UTF-8")
 	}
+	// An owner is printed by kubectl get and the Locks page as it is: a
+	// control character in it would reach the reader's terminal.
+	for i, r := range owner {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("must not contain a control character (U+%04X at byte %d)", r, i)
+		}
+	}
 	return nil
+}
+
+// MaxMetadataBytes bounds the labels and the annotations of a permit that
+// anyone but the manager writes, each counted as the bytes of its keys and
+// values. The manager keeps every permit in memory: without a bound, a
+// caller allowed to hold locks could fill it with annotations nobody reads.
+const MaxMetadataBytes = 8192
+
+// ValidateMetadata reports what is wrong with a permit's labels and
+// annotations, each as a field error.
+func ValidateMetadata(labels, annotations map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	for _, m := range []struct {
+		name string
+		kv   map[string]string
+	}{{"labels", labels}, {"annotations", annotations}} {
+		n := 0
+		for k, v := range m.kv {
+			n += len(k) + len(v)
+		}
+		if n > MaxMetadataBytes {
+			errs = append(errs, field.TooLong(field.NewPath("metadata", m.name), "", MaxMetadataBytes))
+			errs[len(errs)-1].Detail = fmt.Sprintf("must total at most %d bytes of keys and values on a permit, got %d", MaxMetadataBytes, n)
+		}
+	}
+	return errs
 }
 
 // GateOwnerPrefix begins the owners of gated pods' permits (pod:<uid>),

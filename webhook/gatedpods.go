@@ -61,6 +61,9 @@ func (a *GatedPods) Handle(ctx context.Context, req admission.Request) admission
 	if _, err := gatedpod.ParseAsk(pod.Annotations); err != nil {
 		return admission.Denied(err.Error())
 	}
+	if err := gatedpod.CheckUnknown(pod.Annotations); err != nil {
+		return admission.Denied(err.Error())
+	}
 	if n := len(pod.Annotations); n > gatedpod.MaxAnnotations {
 		return admission.Denied(fmt.Sprintf("a pod labelled %s=%q may carry at most %d annotations, this one has %d: the manager's admission policy compares them when it lets the pod in, and CEL bounds what that may cost", gatedpod.Label, gatedpod.LabelValue, gatedpod.MaxAnnotations, n))
 	}

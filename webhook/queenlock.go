@@ -14,6 +14,7 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
@@ -54,7 +56,11 @@ type QueenLock struct {
 	// Fence raises the fence of a slot's bound objects before an acquire
 	// that did not come from the manager is admitted (the manager raises
 	// its own after it wins); nil raises nothing.
-	Fence   *locks.Fence
+	Fence *locks.Fence
+	// Reader reads the stored permit a takeover names before its fence is
+	// raised; it must read from the API server, not a cache. Set by
+	// SetupWithManager when nil.
+	Reader  client.Reader
 	decoder admission.Decoder
 }
 
@@ -69,6 +75,9 @@ func (h *QueenLock) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 		h.Self = self
+	}
+	if h.Reader == nil {
+		h.Reader = mgr.GetAPIReader()
 	}
 	h.decoder = admission.NewDecoder(mgr.GetScheme())
 	srv := mgr.GetWebhookServer()
@@ -108,12 +117,21 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 		firstToken: obj.Spec.FirstToken, holderPodNamespace: holderPodNamespace(obj)}
 	caller := callerOf(req)
 	caller.Manager = req.UserInfo.Username == h.Self // the route, writing for a caller it verified
+	if !caller.Manager {
+		if errs := permit.ValidateMetadata(obj.Labels, obj.Annotations); len(errs) > 0 {
+			return deny(&permit.Refusal{Errs: errs}, obj.Name)
+		}
+	}
+	var sentObj *locksv1alpha1.QueenLock // as sent, for the raise to judge again against the stored permit
+	if !caller.Manager && h.Fence != nil && old != nil {
+		sentObj = obj.DeepCopy()
+	}
 	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, caller)
 	if err != nil {
 		return deny(err, obj.Name)
 	}
 	if stamped && !caller.Manager && h.Fence != nil {
-		if resp, ok := h.raise(ctx, req, old, obj); !ok {
+		if resp, ok := h.raise(ctx, req, old, obj, sentObj, caller); !ok {
 			return resp
 		}
 	}
@@ -134,7 +152,13 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 // The new token is not known yet, so the floor is one the slot cannot
 // have handed out to an earlier holding and will not hand out again:
 //   - a takeover: the expired permit's token + 1. The takeover is
-//     conditional on that version, and every later token is higher.
+//     conditional on that version, and every later token is higher. The
+//     review's old object is not trusted for it: where kube-apiserver
+//     presents no client certificate, any pod can post a review of its own
+//     making, and the raise is the one thing a review makes the manager
+//     write. The stored permit is read from the API server and must be
+//     the version the review names and expired by the same judgement, so
+//     a forged review cannot fence a live holding out of its objects.
 //   - a create: a version at which the permit was read absent, read from
 //     the API server now. Every earlier holding was gone by then, so its
 //     tokens are lower, and any create that wins after it has a higher
@@ -143,7 +167,7 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 //     unraised and the holder released meanwhile, it would win unraised.
 //     Two creates racing for a free slot both read it absent before
 //     either was stored, so the loser's floor is below the winner's token.
-func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj *locksv1alpha1.QueenLock) (admission.Response, bool) {
+func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj, sentObj *locksv1alpha1.QueenLock, caller permit.Caller) (admission.Response, bool) {
 	var floor uint64
 	switch {
 	case old == nil:
@@ -160,9 +184,9 @@ func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj *
 			return admission.Errored(http.StatusInternalServerError, err), false
 		}
 	case !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime): // a takeover
-		tok, err := permit.Token(old.ResourceVersion)
-		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, err), false
+		tok, resp, ok := h.storedTakeover(ctx, old, sentObj, caller)
+		if !ok {
+			return resp, false
 		}
 		floor = tok + 1
 	default:
@@ -172,6 +196,37 @@ func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj *
 		return admission.Errored(http.StatusServiceUnavailable, err), false
 	}
 	return admission.Response{}, true
+}
+
+// storedTakeover reads the permit a takeover names from the API server
+// and judges the takeover again against it, answering its token. A review
+// kube-apiserver sends carries the stored version as its old object, so
+// the two agree; one that does not is refused, changing nothing.
+func (h *QueenLock) storedTakeover(ctx context.Context, old, sentObj *locksv1alpha1.QueenLock, caller permit.Caller) (uint64, admission.Response, bool) {
+	stored := &locksv1alpha1.QueenLock{}
+	err := h.Reader.Get(ctx, client.ObjectKeyFromObject(old), stored)
+	switch {
+	case apierrors.IsNotFound(err):
+		return 0, admission.Errored(http.StatusConflict, fmt.Errorf("permit %s is no longer stored: read it again", old.Name)), false
+	case err != nil:
+		return 0, admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading permit %s before raising the fence of its objects", old.Name)), false
+	case stored.ResourceVersion != old.ResourceVersion || stored.UID != old.UID:
+		return 0, admission.Errored(http.StatusConflict, fmt.Errorf("permit %s changed since this write was sent: read it again", old.Name)), false
+	}
+	judged := sentObj.DeepCopy()
+	if _, err := permit.Stamp(stored, judged, h.Clock.Now(), h.Grace, caller); err != nil {
+		return 0, deny(err, old.Name), false
+	}
+	if judged.Spec.AcquireTime.Equal(stored.Spec.AcquireTime) {
+		// Against the stored permit the write is no takeover (a renew of
+		// the holding, say): raising would fence the holding's own token.
+		return 0, admission.Errored(http.StatusConflict, fmt.Errorf("permit %s is not what this write was judged against: read it again", old.Name)), false
+	}
+	tok, err := permit.Token(stored.ResourceVersion)
+	if err != nil {
+		return 0, admission.Errored(http.StatusInternalServerError, err), false
+	}
+	return tok, admission.Response{}, true
 }
 
 // finishesDeletes is whether req may remove the finalizers of a permit

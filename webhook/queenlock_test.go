@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,5 +330,48 @@ func TestAGatedPodsOwnerIsRefusedToAnyoneButTheManager(t *testing.T) {
 	var list locksv1alpha1.QueenLockList
 	if err := env.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil || len(list.Items) != 0 {
 		t.Fatalf("stored after the refusal: %v %v", list.Items, err)
+	}
+}
+
+// The manager keeps every permit in memory, so what a caller may hang on
+// one is bounded: labels and annotations past the bound are refused,
+// naming the field, at create and at any later write; up to it they are
+// kept. An owner with a control character is refused: kubectl get would
+// print it to the reader's terminal.
+func TestAPermitsMetadataAndOwnerAreBounded(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	grant(t, ns, "holder", "locks.queen.dev", []string{"queenlocks"}, []string{"create", "update", "patch", "get"})
+	holder := asUser(t, "holder")
+	big := map[string]string{"example.com/notes": strings.Repeat("x", permit.MaxMetadataBytes)}
+	p := newPermit(ns, "meta", 0, 1, "a", 300)
+	p.Annotations = big
+	var err error
+	if werr := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err = holder.Create(ctx, p.DeepCopy())
+		return !apierrors.IsForbidden(err), nil
+	}); werr != nil {
+		t.Fatalf("the holder's create stayed forbidden: %v", err)
+	}
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.annotations") || !strings.Contains(err.Error(), "8192") {
+		t.Fatalf("a create with %d bytes of annotations: %v, want a refusal naming metadata.annotations and the bound", permit.MaxMetadataBytes+17, err)
+	}
+	p.Annotations = map[string]string{"example.com/notes": strings.Repeat("x", permit.MaxMetadataBytes-len("example.com/notes"))}
+	if err := holder.Create(ctx, p); err != nil {
+		t.Fatalf("a create with annotations of exactly the bound: %v", err)
+	}
+	p.Labels = map[string]string{}
+	for i := range 200 {
+		p.Labels[fmt.Sprintf("example.com/l%03d", i)] = strings.Repeat("v", 40)
+	}
+	if err := holder.Update(ctx, p); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.labels") {
+		t.Fatalf("an update with 11 KB of labels: %v, want a refusal naming metadata.labels", err)
+	}
+	if got := storedPermit(t, ns, p.Name); len(got.Labels) > 1 {
+		t.Fatalf("the refused labels were stored: %v", got.Labels)
+	}
+	ctl := newPermit(ns, "ctl", 0, 1, "a\x1b[2Jb", 300)
+	if err := holder.Create(ctx, ctl); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.owner") || !strings.Contains(err.Error(), "U+001B") {
+		t.Fatalf("an owner with an escape character: %v, want a refusal naming spec.owner and the character", err)
 	}
 }

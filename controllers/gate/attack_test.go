@@ -581,6 +581,8 @@ func TestAttackBadAnnotationsAreRefusedNamingThem(t *testing.T) {
 		{"ttl huge", gatedpod.TTLAnnotation, "9999999999999h", "is not a duration"},
 		{"ttl int64 ns", gatedpod.TTLAnnotation, "9223372036854775807ns", "must be whole seconds"},
 		{"ttl control", gatedpod.TTLAnnotation, "1h\x01", "is not a duration"},
+		{"ttl misspelt", "locks.queen.dev/tll", "30s", "is not one queen-locks reads"},
+		{"limit misspelt", "locks.queen.dev/limits", "2", "is not one queen-locks reads"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := newGated(ns, "bad", "nightly")

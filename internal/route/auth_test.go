@@ -477,3 +477,52 @@ func TestAuthNoneOnlyOnLoopback(t *testing.T) {
 		}
 	}
 }
+
+// Without token auth the route writes for whoever connects, so it answers
+// loopback clients only: not a web page's POST (it carries Origin), nor a
+// page that reached it under a name of its own (DNS rebinding: its Host).
+func TestARouteWithoutAuthRefusesWebPages(t *testing.T) {
+	ns := namespace(t)
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+		want    int
+	}{
+		{"a page's cross-site POST", map[string]string{"Origin": "http://evil.example", "Content-Type": "text/plain;charset=UTF-8"}, http.StatusForbidden},
+		{"a rebound name", map[string]string{"Host": "evil.example:6632"}, http.StatusForbidden},
+		{"a fetch marked cross-site", map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"localhost", map[string]string{"Host": "localhost:6632"}, http.StatusOK},
+		{"an IPv6 loopback", map[string]string{"Host": "[::1]:6632"}, http.StatusOK},
+		{"curl", nil, http.StatusOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lock := "page-" + strings.NewReplacer(" ", "-", "'", "").Replace(c.name)
+			req, err := http.NewRequest(http.MethodPost, devURL, strings.NewReader(body(ns, acquire(lock, "o", 30, 0))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range c.headers {
+				if k == "Host" {
+					req.Host = v
+				} else {
+					req.Header.Set(k, v)
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Fatalf("answered %d, want %d", resp.StatusCode, c.want)
+			}
+			stored := false
+			for _, p := range permits(t, ns) {
+				stored = stored || p.Spec.Lock == lock
+			}
+			if stored != (c.want == http.StatusOK) {
+				t.Fatalf("permit stored: %v, with the call answered %d", stored, resp.StatusCode)
+			}
+		})
+	}
+}

@@ -36,6 +36,8 @@ func TestBadInputIsRefusedWholeAndAppliesNothing(t *testing.T) {
 		{"name not a string", `{"op":"get","name":7}`, "name", "string"},
 		{"257-byte owner", acquire("o", strings.Repeat("o", 257), 30, 0), "owner", "256 bytes"},
 		{"empty owner", `{"op":"acquire","name":"o","ttlSeconds":30,"owner":""}`, "owner", "empty"},
+		{"owner with a terminal escape", `{"op":"acquire","name":"o","ttlSeconds":30,"owner":"a\u001b[2Jb"}`, "owner", "control character (U+001B"},
+		{"owner with a NUL", `{"op":"acquire","name":"o","ttlSeconds":30,"owner":"a\u0000b"}`, "owner", "control character (U+0000"},
 		{"a gated pod's owner", acquire("o", "pod:0000-victim", 30, 0), "owner", `owners beginning "pod:" are reserved`},
 		{"a gated pod's owner on renew", `{"op":"renew","name":"o","token":7,"owner":"pod:0000-victim"}`, "owner", "reserved"},
 		{"a gated pod's owner on release", `{"op":"release","name":"o","token":7,"owner":"pod:0000-victim"}`, "owner", "reserved"},

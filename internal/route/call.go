@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/queen-locks/queen-locks/internal/sources"
@@ -25,6 +27,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, start time.Time)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		return writeError(w, callError{Code: http.StatusMethodNotAllowed, Message: "use POST"}), Caller{}
+	}
+	if s.reviews == nil {
+		if msg := fromABrowser(r); msg != "" {
+			return writeError(w, callError{Code: http.StatusForbidden, Message: msg}), Caller{}
+		}
 	}
 	leave, ok := s.adm.enter()
 	if !ok {
@@ -173,4 +180,29 @@ func (s *Server) busy(w http.ResponseWriter, r *http.Request, caller Caller, rea
 	s.cfg.Log.Info("refused a call: too many in progress", "caller", caller.Username, "remote", r.RemoteAddr, "reason", reason)
 	w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
 	return writeError(w, callError{Code: http.StatusTooManyRequests, Message: why + "; nothing was applied, try again"})
+}
+
+// fromABrowser tells why a call without token auth came from a web page,
+// or "". Such a route listens on loopback and writes with the manager's
+// identity for whoever connects: a page the developer has open could
+// otherwise send it a form-encoded or text/plain POST (no preflight), or
+// reach it under a name of its own that resolves to 127.0.0.1 (DNS
+// rebinding) and read the answers. Browsers send Origin on such a POST and
+// the page's name as Host; curl, the handles and the CLI send neither.
+func fromABrowser(r *http.Request) string {
+	if r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return "a call from a web page is refused: this route runs without token auth, for loopback clients only"
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" || host == "" {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return fmt.Sprintf("Host %q is refused: this route runs without token auth and answers only to localhost or a loopback address", r.Host)
 }

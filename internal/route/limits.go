@@ -139,6 +139,10 @@ type admission struct {
 	calls   int
 	callers sources.Tally
 	sources sources.Tally
+	// waiting counts each caller's waiting acquires, operations not calls:
+	// one call carries up to 64 of them, so MaxCallsPerCaller calls alone
+	// would let one caller take every place the replica's waiters have.
+	waiting sources.Tally
 }
 
 func newAdmission(l Limits) *admission {
@@ -169,6 +173,13 @@ func (a *admission) enter() (leave func(), ok bool) {
 // caller has MaxCallsPerCaller in progress.
 func (a *admission) enterCaller(name string) (leave func(), ok bool) {
 	return a.callers.Enter(name, a.perCaller)
+}
+
+// enterWaiting admits one waiting acquire of a caller, or answers false
+// when that caller has as many waiting as it may have calls in progress:
+// the acquire then answers at once, as when the replica's waiters are full.
+func (a *admission) enterWaiting(name string) (leave func(), ok bool) {
+	return a.waiting.Enter(name, a.perCaller)
 }
 
 // enterSource admits one call from an address, or answers false when that

@@ -560,3 +560,87 @@ func TestRightlessCallersCannotTakeTheRoute(t *testing.T) {
 		t.Fatalf("a new holder's first call answered %d: %v", code, out)
 	}
 }
+
+// One call carries up to 64 waiting acquires: the replica's places for
+// waiters are bounded per caller by operation, so one caller cannot switch
+// waiting off for everyone else. Its acquires past the bound answer at
+// once; another caller still waits.
+func TestOneCallerTakesAtMostItsShareOfTheWaiters(t *testing.T) {
+	installRoles(t)
+	ns, other := namespace(t), namespace(t)
+	a := serviceAccount(t, ns, "a", "queen-locks-holder")
+	b := serviceAccount(t, other, "b", "queen-locks-holder")
+	per := route.DefaultLimits().MaxCallsPerCaller
+	n := per + 4
+	var held, waits []string
+	for i := range n + 1 {
+		held = append(held, acquire(fmt.Sprintf("w%d", i), "x", 60, 0))
+		waits = append(waits, acquireWaiting(fmt.Sprintf("w%d", i), "y", 60, 0, 60))
+	}
+	if code, out := call(t, tokenURL, a, body("", held...)); code != http.StatusOK {
+		t.Fatalf("holding: %d %v", code, out)
+	}
+	if code, out := call(t, tokenURL, b, body("", acquire("theirs", "x", 60, 0))); code != http.StatusOK {
+		t.Fatalf("holding: %d %v", code, out)
+	}
+	base := env.Waker.Waiting()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tokenURL, strings.NewReader(body("", waits[:n]...)))
+		req.Header = bearer("Bearer", a)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waiting(t, base+per)
+	// One more of a's waiting acquires answers at once (held), and the
+	// replica never holds more than a's share of a's waiters.
+	answered := make(chan J, 1)
+	go func() {
+		_, out := call(t, tokenURL, a, body("", waits[n]))
+		answered <- out
+	}()
+	var out J
+	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		if env.Waker.Waiting() > base+per {
+			return false, fmt.Errorf("%d of one caller's acquires wait, past its share of %d", env.Waker.Waiting()-base, per)
+		}
+		select {
+		case out = <-answered:
+			return true, nil
+		default:
+			return false, nil
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := out["results"].([]any)[0].(J); r["acquired"] != false || r["reason"] != "held" {
+		t.Fatalf("the acquire past the caller's share answered %v, want held at once", r)
+	}
+	// Another caller, another namespace, still waits and wins.
+	got := make(chan J, 1)
+	go func() {
+		_, out := call(t, tokenURL, b, body(other, acquireWaiting("theirs", "y", 60, 0, 60)))
+		got <- out
+	}()
+	waiting(t, base+per+1)
+	if code, out := call(t, tokenURL, b, body(other, `{"op":"release","name":"theirs","owner":"x","token":`+lookupToken(t, other, "theirs")+`}`)); code != http.StatusOK {
+		t.Fatalf("releasing: %d %v", code, out)
+	}
+	if r := (<-got)["results"].([]any)[0].(J); r["acquired"] != true {
+		t.Fatalf("the other caller's waiting acquire answered %v", r)
+	}
+}
+
+// lookupToken reads the token of slot 0 of lock in ns from its permit.
+func lookupToken(t *testing.T, ns, lock string) string {
+	t.Helper()
+	for _, p := range permits(t, ns) {
+		if p.Spec.Lock == lock {
+			return p.ResourceVersion
+		}
+	}
+	t.Fatalf("no permit of %s in %s", lock, ns)
+	return ""
+}

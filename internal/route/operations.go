@@ -110,6 +110,17 @@ func (s *Server) giveBack(ctx context.Context, caller Caller, ns string, ops []O
 	}
 }
 
+// enterWaiting takes one of the caller's places among the replica's
+// waiters, or answers false: the acquire then answers at once, as when the
+// replica's waiters are full. Without token auth (loopback only) there is
+// one caller and no bound but the replica's.
+func (s *Server) enterWaiting(caller Caller) (leave func(), ok bool) {
+	if s.reviews == nil {
+		return func() {}, true
+	}
+	return s.adm.enterWaiting(caller.Username)
+}
+
 // do carries out one operation with the manager's identity. A permit the
 // caller acquires records the caller's pod, when its token is bound to one,
 // so that the permit is freed as soon as that pod is gone. ctx does not end
@@ -128,10 +139,13 @@ func (s *Server) do(ctx, gone context.Context, caller Caller, ns string, i int, 
 		opts := []locks.AcquireOption{locks.HolderPod(caller.Namespace, caller.PodName, caller.PodUID), locks.KeepWhenGone()}
 		actx := ctx
 		if op.WaitSeconds > 0 && s.cfg.Waker != nil {
-			// locks runs each try to its end itself, so that what a try
-			// won after the caller left is answered, not lost.
-			opts = append(opts, locks.WaitUpTo(time.Duration(op.WaitSeconds)*time.Second, s.cfg.Waker))
-			actx = gone
+			if leave, ok := s.enterWaiting(caller); ok {
+				defer leave()
+				// locks runs each try to its end itself, so that what a
+				// try won after the caller left is answered, not lost.
+				opts = append(opts, locks.WaitUpTo(time.Duration(op.WaitSeconds)*time.Second, s.cfg.Waker))
+				actx = gone
+			}
 		}
 		a, err := lc.Acquire(actx, ns, op.Name, owner, op.TTLSeconds, op.Limit, opts...)
 		if err != nil {

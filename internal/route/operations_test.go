@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/permit"
 )
 
@@ -316,5 +319,35 @@ func waitUntil(t *testing.T, at time.Time) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A gated pod's permit is the pod's for its whole life: a route caller who
+// read its token cannot renew it, which would change the pod's fencing
+// token under it and stretch (or cut short) its lifetime.
+func TestARenewOfAGatedPodsPermitIsRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	p := &locksv1alpha1.QueenLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: permit.Name("gated", 0)},
+		Spec: locksv1alpha1.QueenLockSpec{Lock: "gated", Limit: 1, Owner: permit.GateOwnerPrefix + "0000-a-pod", TTLSeconds: 300}}
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	tok := p.ResourceVersion
+	for _, op := range []string{
+		`{"op":"renew","name":"gated","token":` + tok + `,"ttlSeconds":1}`,
+		`{"op":"renew","name":"gated","token":` + tok + `}`,
+	} {
+		r := one(t, ns, op)
+		if r["renewed"] != false || r["reason"] != "lost" {
+			t.Fatalf("%s answered %v, want renewed false, reason lost", op, r)
+		}
+	}
+	got := &locksv1alpha1.QueenLock{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != tok || got.Spec.TTLSeconds != 300 {
+		t.Fatalf("the gated pod's permit was written: version %s ttl %d, was %s ttl 300", got.ResourceVersion, got.Spec.TTLSeconds, tok)
 	}
 }

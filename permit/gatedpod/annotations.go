@@ -10,6 +10,7 @@ package gatedpod
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,35 @@ func ParseAsk(annotations map[string]string) (Ask, error) {
 		a.TTL = d
 	}
 	return a, nil
+}
+
+// Prefix begins every label and annotation of a gated pod that the
+// manager reads or writes.
+const Prefix = "locks.queen.dev/"
+
+// known are the annotations under Prefix a gated pod may carry: what it
+// asks for, what the manager stamps on it, and the guard's, for a pod of
+// a guarded kind.
+var known = []string{LockAnnotation, LimitAnnotation, TTLAnnotation, QueuedAt, TokenAnnotation, SlotAnnotation, AdmittedAt,
+	permit.GuardAnnotation, permit.FenceAnnotation, permit.DeletableAnnotation, permit.OverrideAnnotation, permit.RaiseAnnotation}
+
+// CheckUnknown names an annotation under Prefix that the manager does not
+// read: a misspelt ttl or limit would otherwise be ignored without a word,
+// and the pod hold its lock for as long as it lives, or wait for the wrong
+// number of slots. The webhook asks it of a pod at create.
+func CheckUnknown(annotations map[string]string) error {
+	var unknown []string
+	for k := range annotations {
+		if strings.HasPrefix(k, Prefix) && !slices.Contains(known, k) {
+			unknown = append(unknown, printable(k))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return fmt.Errorf("annotation %s is not one queen-locks reads: a pod labelled %s=%q may ask with %s, %s and %s",
+		strings.Join(unknown, ", "), Label, LabelValue, LockAnnotation, LimitAnnotation, TTLAnnotation)
 }
 
 // printable keeps an error message readable whatever the annotation held.

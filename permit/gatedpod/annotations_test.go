@@ -44,3 +44,18 @@ func TestParseAskNamesTheAnnotationAtFault(t *testing.T) {
 		t.Fatalf("got %+v, %v", a, err)
 	}
 }
+
+func TestCheckUnknownNamesAMisspeltAnnotation(t *testing.T) {
+	if err := CheckUnknown(map[string]string{LockAnnotation: "x", TTLAnnotation: "30s", LimitAnnotation: "2", QueuedAt: "t", "example.com/other": "y"}); err != nil {
+		t.Fatalf("known annotations and another prefix's: %v", err)
+	}
+	err := CheckUnknown(map[string]string{LockAnnotation: "x", "locks.queen.dev/tll": "30s", "locks.queen.dev/limt": "2"})
+	if err == nil {
+		t.Fatal("misspelt ttl and limit were accepted")
+	}
+	for _, want := range []string{"locks.queen.dev/limt, locks.queen.dev/tll", TTLAnnotation, LimitAnnotation} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+}

@@ -135,8 +135,8 @@ func (l *Client) heldNow(ctx context.Context, a *acquire) (Acquired, error) {
 // of its owner is there (the try answers already), or a slot it can use
 // is free and no waiter ahead of it could use one. So waiters take slots
 // one at a time, in their order, even when several free at once: the next
-// tries when the watch shows the one before it gone from the line, which
-// it leaves only once its acquire has answered. It also answers when the
+// tries when the watch shows the one before it served (a permit of its
+// owner) or gone from the line. It also answers when the
 // next permit it can use may be taken over, for a timer.
 func (l *Client) turn(f Follow, p *place, a *acquire) (bool, time.Time) {
 	ws, ok := f.Line()
@@ -151,7 +151,15 @@ func (l *Client) turn(f Follow, p *place, a *acquire) (bool, time.Time) {
 	held := make([]bool, limit)
 	now := l.clock.Now()
 	var next time.Time
+	// served: owners that hold a permit of the lock. A waiter ahead whose
+	// owner holds one has been served (its try won; it leaves the line
+	// once its answer is out): the next may try without waiting for that
+	// leave, and still tries after that win, so tokens keep the order.
+	served := map[string]bool{}
 	for _, pm := range f.Permits() {
+		if pm.Spec.Lock == a.lock && pm.DeletionTimestamp.IsZero() && !permit.Expired(&pm, now) {
+			served[pm.Spec.Owner] = true
+		}
 		switch {
 		case pm.Spec.Lock != a.lock:
 		case AnswersAlready(&pm, a.owner, a.limit):
@@ -184,7 +192,7 @@ func (l *Client) turn(f Follow, p *place, a *acquire) (bool, time.Time) {
 	ahead := 0
 	for i := range ws {
 		w := &ws[i]
-		if w.Spec.Lock != a.lock || w.Name == p.name || w.DeletionTimestamp != nil {
+		if w.Spec.Lock != a.lock || w.Name == p.name || w.DeletionTimestamp != nil || served[w.Spec.Owner] {
 			continue
 		}
 		// A waiter that cannot use the lowest free slot (its limit is

@@ -61,6 +61,8 @@ func TestTurn(t *testing.T) {
 			[]locksv1alpha1.QueenLockWaiter{me}, true},
 		{"its own permit answers already", []locksv1alpha1.QueenLock{heldAt(0, "a", live), heldAt(1, "me", live), heldAt(2, "c", live)},
 			[]locksv1alpha1.QueenLockWaiter{waiterAt("first", "first", 10, 3), me}, true},
+		{"an earlier waiter already served does not count", []locksv1alpha1.QueenLock{heldAt(0, "first", live), heldAt(2, "c", live)},
+			[]locksv1alpha1.QueenLockWaiter{waiterAt("first", "first", 10, 3), me}, true},
 		{"its own waiter not seen yet", nil, []locksv1alpha1.QueenLockWaiter{waiterAt("first", "first", 10, 3)}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -292,8 +292,11 @@ func TestWorkloadRoles(t *testing.T) {
 		rules     []string
 		aggregate string
 	}{
-		"queen-locks-holder": {[]string{"locks.queen.dev|queenlocks|create,delete,get,list,patch,update,watch"}, "rbac.authorization.k8s.io/aggregate-to-edit"},
-		"queen-locks-viewer": {[]string{"locks.queen.dev|queenlocks|get,list,watch"}, "rbac.authorization.k8s.io/aggregate-to-view"},
+		"queen-locks-holder": {[]string{
+			"locks.queen.dev|queenlocks|create,delete,get,list,patch,update,watch",
+			"locks.queen.dev|queenlockwaiters|create,delete,get,list,patch,update,watch",
+		}, "rbac.authorization.k8s.io/aggregate-to-edit"},
+		"queen-locks-viewer": {[]string{"locks.queen.dev|queenlocks,queenlockwaiters|get,list,watch"}, "rbac.authorization.k8s.io/aggregate-to-view"},
 	} {
 		role := get(t, objs, "ClusterRole/"+name)
 		if d := cmp.Diff(want.rules, normRules(t, role)); d != "" {
@@ -311,9 +314,10 @@ func TestWorkloadRoles(t *testing.T) {
 func TestChartMatchesGeneratedManifests(t *testing.T) {
 	objs := render(t)
 	config := objects(t, run(t, filepath.Join(root, "bin", "kubectl"), "kustomize", filepath.Join(root, "config", "default")))
-	crdKey := "CustomResourceDefinition/queenlocks.locks.queen.dev"
-	if d := cmp.Diff(field(t, get(t, config, crdKey), "spec"), field(t, get(t, objs, crdKey), "spec")); d != "" {
-		t.Errorf("CRD differs (-config +chart):\n%s", d)
+	for _, crdKey := range []string{"CustomResourceDefinition/queenlocks.locks.queen.dev", "CustomResourceDefinition/queenlockwaiters.locks.queen.dev"} {
+		if d := cmp.Diff(field(t, get(t, config, crdKey), "spec"), field(t, get(t, objs, crdKey), "spec")); d != "" {
+			t.Errorf("%s differs (-config +chart):\n%s", crdKey, d)
+		}
 	}
 	for chartName, configName := range map[string]string{
 		"ClusterRole/queen-locks-manager": "ClusterRole/queen-locks-manager",

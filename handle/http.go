@@ -264,6 +264,9 @@ func acquiredOf(r routeapi.Result) locks.Acquired {
 			a.Holders = append(a.Holders, holderOf(wh))
 		}
 	}
+	if r.Waiting != nil {
+		a.Waiting = *r.Waiting
+	}
 	return a
 }
 

@@ -24,6 +24,9 @@ type acquireConfig struct {
 	freed int
 	// keep answers what a try won after the caller left (KeepWhenGone).
 	keep bool
+	// queued is set while the acquire waits in its lock's line: it may
+	// take what frees when its turn comes.
+	queued bool
 }
 
 // HolderPod records the holder's pod on the permit, so that the permit is
@@ -65,14 +68,11 @@ func (l *Client) Acquire(ctx context.Context, ns, lock, owner string, ttlSeconds
 	for _, o := range opts {
 		o(&a.acquireConfig)
 	}
-	var got Acquired
-	var err error
-	if a.wait > 0 && a.waker != nil {
-		got, err = l.acquireWaiting(ctx, a)
-	} else {
-		got, err = l.acquireOnce(ctx, a)
-	}
+	got, err := l.acquireAny(ctx, a)
 	if err != nil {
+		return got, err
+	}
+	if err := l.countLine(ctx, a, &got); err != nil {
 		return got, err
 	}
 	return l.raise(ctx, ns, lock, got)
@@ -119,7 +119,15 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 			}
 			continue // released or being deleted since the create: try again
 		}
-		if !permit.Expired(p, now) || !l.takeable(p, now) {
+		yield := !permit.Expired(p, now) || !l.takeable(p, now)
+		if !yield {
+			// An expired permit with waiters is theirs to take: a plain
+			// acquire does not pass the line.
+			if yield, err = l.yields(ctx, a); err != nil {
+				return Acquired{}, err
+			}
+		}
+		if yield {
 			h, err := holderOf(p)
 			if err != nil {
 				return Acquired{}, err
@@ -220,7 +228,13 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 				holders = append(holders, h)
 			}
 		}
-		if len(free) == 0 && len(takeable) == 0 {
+		yield := len(free) == 0 && len(takeable) == 0
+		if !yield {
+			if yield, err = l.yields(ctx, a); err != nil {
+				return Acquired{}, err
+			}
+		}
+		if yield {
 			sortHolders(holders)
 			return Acquired{Reason: ReasonHeld, Holders: holders}, nil
 		}

@@ -65,6 +65,9 @@ type Acquired struct {
 	Permit
 	Reason  string
 	Holders []Holder
+	// Waiting is how many wait in the lock's line, when the Client
+	// counts them (CountsWaiting) and the answer is held.
+	Waiting int
 	// Floor is the first token of the holding answered: what the fence of
 	// the slot's objects is raised to (see Fence).
 	Floor uint64
@@ -88,6 +91,10 @@ type Client struct {
 	deletes  dynamic.Interface // nil: deletes go through c
 	stamps   bool              // AsManager: creates, renews and takeovers stamped here
 	fence    *Fence            // WithFence: raised before an acquire answers
+	// carrier names this Client's waiters in a line (WithCarrier).
+	carrier string
+	// countWaiting: held answers and Get count the line (CountsWaiting).
+	countWaiting bool
 }
 
 // Option adjusts a Client.
@@ -108,7 +115,7 @@ func New(c client.Client, clk clock.PassiveClock, opts ...Option) *Client {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	l := &Client{c: c, clock: clk, tries: DefaultTries, answered: newMemo(100000)}
+	l := &Client{c: c, clock: clk, tries: DefaultTries, answered: newMemo(100000), carrier: "kubernetes-api"}
 	for _, o := range opts {
 		o(l)
 	}

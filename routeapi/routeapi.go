@@ -31,7 +31,10 @@ type Result struct {
 	ExpiresAt string    `json:"expiresAt,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	Holders   *[]Holder `json:"holders,omitempty"`
-	Guard     *Guard    `json:"guard,omitempty"`
+	// Waiting is how many wait in the lock's line: answered by get, and
+	// by an acquire that answers held.
+	Waiting *int   `json:"waiting,omitempty"`
+	Guard   *Guard `json:"guard,omitempty"`
 }
 
 // Holder is one held permit, as get and a held acquire list it.

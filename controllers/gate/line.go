@@ -111,6 +111,12 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Lock}}}
 	})
+	waiterToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if w, ok := o.(*locksv1alpha1.QueenLockWaiter); ok {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: w.Namespace, Name: w.Spec.Lock}}}
+		}
+		return nil
+	})
 	// Only a deleted permit frees a slot: renews, which are most permit
 	// events, wake nothing. An expired permit may be taken over before the
 	// expiry controller deletes it: the line looks again at the soonest
@@ -127,6 +133,8 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetLabels()[gatedpod.Label] == gatedpod.LabelValue
 		}))).
 		Watches(&locksv1alpha1.QueenLock{}, permitToLock, builder.WithPredicates(freed)).
+		// A waiter that leaves the line may let the pods behind it move.
+		Watches(&locksv1alpha1.QueenLockWaiter{}, waiterToLock, builder.WithPredicates(freed)).
 		Complete(l)
 }
 
@@ -171,8 +179,12 @@ func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 		}
 		return waiting[i].UID < waiting[j].UID
 	})
+	ln, err := l.lineUp(ctx, ns, lock, waiting)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	told := l.toldOf(req.NamespacedName, waiting)
-	retry, expires, err := l.admit(ctx, lock, waiting, told)
+	retry, expires, err := l.admit(ctx, lock, waiting, told, ln)
 	if err := errors.Join(append(holdErrs, err)...); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -228,7 +240,7 @@ const retryLater = 10 * time.Second
 // holds nobody back, and is tried again after retryLater. retry: a pod
 // waits on something no event of this lock announces; expires: a pod
 // waits for a full lock whose soonest holder's permit expires then.
-func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string) (retry bool, expires time.Time, err error) {
+func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, told map[types.UID]string, ln line) (retry bool, expires time.Time, err error) {
 	log := logf.FromContext(ctx)
 	place := 0
 	var holders []locks.Holder
@@ -271,7 +283,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			retry = true
 			continue
 		}
-		if quota || ask.Limit <= fullBelow {
+		if quota || ask.Limit <= fullBelow || ln.behind(pod) {
 			if holds(holders, gatedpod.Owner(pod)) {
 				continue // let in already; the cache has yet to show it
 			}
@@ -312,7 +324,7 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			continue
 		}
 		got, err := l.Locks.Acquire(ctx, ns, lock, gatedpod.Owner(pod), ttlSeconds(pod, ask), ask.Limit,
-			locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)))
+			locks.HolderPod(pod.Namespace, pod.Name, string(pod.UID)), locks.Queued())
 		if err != nil {
 			if transient(err) {
 				return retry, expires, fmt.Errorf("acquiring lock %q for pod %s: %w", lock, pod.Name, err)
@@ -342,6 +354,11 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			continue
 		}
 		log.Info("gated pod admitted", "lock", lock, "slot", got.Slot, "token", got.Token, "pod", pod.Name)
+		if w := ln.byPod[pod.UID]; w != nil {
+			if err := l.leave(ctx, w); err != nil {
+				return retry, expires, err
+			}
+		}
 	}
 	return retry, expires, nil
 }

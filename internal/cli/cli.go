@@ -230,12 +230,13 @@ func (c *common) transport(e Env) (handle.Transport, client.Client, error) {
 	if err := locksv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, nil, err
 	}
-	// The one kind the command uses, mapped up front: discovery would cost
+	// The kinds the command uses, mapped up front: discovery would cost
 	// round trips on every run, and its failure would stand in for the API
 	// server's answer to the call itself ("failed to get server groups:
 	// ..." for list, acquire and get alike).
 	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{locksv1alpha1.GroupVersion})
 	mapper.Add(locksv1alpha1.GroupVersion.WithKind("QueenLock"), meta.RESTScopeNamespace)
+	mapper.Add(locksv1alpha1.GroupVersion.WithKind("QueenLockWaiter"), meta.RESTScopeNamespace)
 	// A client that can watch: a waiting run then watches the lock's
 	// permits and is woken when one frees, instead of asking again and
 	// again (handle.Kube waits only with a client.WithWatch).

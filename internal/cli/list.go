@@ -22,6 +22,8 @@ const DefaultExpiryGrace = time.Second
 type listOptions struct {
 	output string        // json or table
 	grace  time.Duration // the manager's expiry grace
+	// waiting lists the lines (--waiting) rather than the holders.
+	waiting bool
 }
 
 // listed is one permit as list prints it: its holder as the route answers

@@ -22,6 +22,7 @@ func scriptCmd(ctx context.Context, e Env, op string, args []string) (int, error
 	var lo listOptions
 	fs.StringVar(&lo.output, "output", "json", "json or table (list)")
 	fs.StringVar(&lo.output, "o", "json", "json or table (list, shorthand)")
+	fs.BoolVar(&lo.waiting, "waiting", false, "list the locks' lines, not their holders (list)")
 	fs.DurationVar(&lo.grace, "expiry-grace", DefaultExpiryGrace, "the manager's --expiry-grace: a permit this long past its expireTime is marked expired (list)")
 	name, rest, err := parse(fs, args, op != "list")
 	if err != nil {
@@ -66,6 +67,10 @@ func scriptCmd(ctx context.Context, e Env, op string, args []string) (int, error
 			res.Reason, code = a.Reason, ExitNotHeld
 			if a.Reason == locks.ReasonHeld {
 				res.Holders = routeapi.Holders(a.Holders)
+				if a.Waiting > 0 {
+					// Counted by the route; a direct transport does not.
+					res.Waiting = &a.Waiting
+				}
 			}
 		}
 	case "renew":
@@ -109,6 +114,9 @@ func scriptCmd(ctx context.Context, e Env, op string, args []string) (int, error
 	case "list":
 		if kc == nil {
 			return 0, usageError("list reads every lock of a namespace, which the route does not offer: use --kubeconfig")
+		}
+		if lo.waiting {
+			return listWaiting(ctx, e, kc, t.Namespace(), lo)
 		}
 		return list(ctx, e, kc, t.Namespace(), lo)
 	}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
+	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
@@ -62,10 +64,8 @@ func newPermitRow(p *locksv1alpha1.QueenLock) *permitRow {
 	return r
 }
 
-// waiterRow is one waiter in a lock's line. Today the only waiters the
-// API shows are gated pods (Kind "pod"); the line's own waiters (route
-// calls, handles, the CLI) are meant to join as Kind "waiter" with the
-// same fields.
+// waiterRow is one waiter in a lock's line: a gated pod (Kind "pod") or a
+// waiting call of the route, a handle or the CLI (Kind "waiter").
 type waiterRow struct {
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
@@ -106,6 +106,23 @@ func newPodWaiter(p *corev1.Pod) *waiterRow {
 		w.Note = "another scheduling gate holds it too: it is served once that one is gone"
 	}
 	return w
+}
+
+// newLineWaiter answers the row of a waiting call, or nil for a gated
+// pod's waiter, which the pod's own row shows. Since is by the carrier's
+// clock; Order is the waiter's place, the line's own order.
+func newLineWaiter(w *locksv1alpha1.QueenLockWaiter) *waiterRow {
+	if w.Spec.Pod != nil || w.DeletionTimestamp != nil {
+		return nil
+	}
+	r := &waiterRow{
+		Kind: "waiter", Namespace: w.Namespace, Name: w.Name, Lock: w.Spec.Lock, Limit: int(w.Spec.Limit),
+		Owner: w.Spec.Owner, Since: w.CreationTimestamp.UTC(), Order: fmt.Sprintf("%020d", locks.LineKey(w)),
+	}
+	if w.Spec.Since != nil {
+		r.Since = w.Spec.Since.UTC()
+	}
+	return r
 }
 
 // guardedRow is one object fenced by a lock (section 8 of the contract):

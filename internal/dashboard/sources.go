@@ -22,6 +22,7 @@ import (
 
 var (
 	queenlocksGVR = locksv1alpha1.GroupVersion.WithResource("queenlocks")
+	waitersGVR    = locksv1alpha1.GroupVersion.WithResource("queenlockwaiters")
 	podsGVR       = corev1.SchemeGroupVersion.WithResource("pods")
 	configMapsGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
 	secretsGVR    = corev1.SchemeGroupVersion.WithResource("secrets")
@@ -45,11 +46,18 @@ type source struct {
 	// guardKind is the kind of object a source of guarded rows reads:
 	// two sources make rows of that kind, and each replaces only its own.
 	guardKind string
+	// waiterKind is the Kind of waiter rows a source of waiters makes
+	// ("pod" or "waiter"): two sources make rows of the line, and each
+	// replaces only its own.
+	waiterKind string
 }
 
 func (src *source) owns(r row) bool {
-	if g, ok := r.(*guardedRow); ok {
-		return g.Kind == src.guardKind
+	switch r := r.(type) {
+	case *guardedRow:
+		return r.Kind == src.guardKind
+	case *waiterRow:
+		return r.Kind == src.waiterKind
 	}
 	return true
 }
@@ -57,6 +65,7 @@ func (src *source) owns(r row) bool {
 // sources are the watches of the page for namespace ns ("" for all).
 func (s *Server) sources(ns string) []*source {
 	permits := s.clients.dyn.Resource(queenlocksGVR).Namespace(ns)
+	line := s.clients.dyn.Resource(waitersGVR).Namespace(ns)
 	pods := s.clients.dyn.Resource(podsGVR).Namespace(ns)
 	dynList := func(ri interface {
 		List(context.Context, metav1.ListOptions) (*unstructured.UnstructuredList, error)
@@ -90,7 +99,25 @@ func (s *Server) sources(ns string) []*source {
 			},
 		},
 		{
-			name: "gated pods", kind: kindWaiter, selector: gatedpod.Label + "=" + gatedpod.LabelValue,
+			name: "waiters", kind: kindWaiter, waiterKind: "waiter",
+			list: dynList(line), wtch: line.Watch,
+			row: func(o runtime.Object) (row, error) {
+				var w locksv1alpha1.QueenLockWaiter
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.(*unstructured.Unstructured).Object, &w); err != nil {
+					return nil, err
+				}
+				if r := newLineWaiter(&w); r != nil {
+					return r, nil
+				}
+				return nil, nil
+			},
+			keyOf: func(o runtime.Object) string {
+				m, _ := meta.Accessor(o)
+				return "waiter:" + m.GetNamespace() + "/" + m.GetName()
+			},
+		},
+		{
+			name: "gated pods", kind: kindWaiter, waiterKind: "pod", selector: gatedpod.Label + "=" + gatedpod.LabelValue,
 			list: dynList(pods), wtch: pods.Watch,
 			row: func(o runtime.Object) (row, error) {
 				var p corev1.Pod

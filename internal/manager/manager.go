@@ -223,6 +223,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, fmt.Errorf("setting up the deletion controller: %w", err)
 		}
 	}
+	// Every replica removes the waiters whose carriers are gone, so that a
+	// line moves on whichever replica died.
+	if err := (&controllers.LineSweep{Clock: o.Clock}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the sweep of the lines: %w", err)
+	}
 	fence, err := NewFence(cfg, o.GuardedResources)
 	if err != nil {
 		return nil, err

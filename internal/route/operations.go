@@ -159,6 +159,7 @@ func (s *Server) do(ctx, gone context.Context, caller Caller, ns string, i int, 
 			res.Reason = a.Reason
 			if a.Reason == locks.ReasonHeld {
 				res.Holders = routeapi.Holders(a.Holders)
+				res.Waiting = &a.Waiting
 			}
 		}
 	case OpRenew:
@@ -187,6 +188,11 @@ func (s *Server) do(ctx, gone context.Context, caller Caller, ns string, i int, 
 			return res, err
 		}
 		res.Holders = routeapi.Holders(hs)
+		n, err := lc.Waiting(ctx, ns, op.Name)
+		if err != nil {
+			return res, err
+		}
+		res.Waiting = &n
 	case OpCheck:
 		ok, err := lc.Check(ctx, ns, op.Name, op.Slot, op.Expect)
 		if err != nil {

@@ -67,10 +67,10 @@ func TestAcquireHeldAnswersTheHolders(t *testing.T) {
 	ns := namespace(t)
 	won := one(t, ns, acquire("job", "a", 30, 0))
 	r := one(t, ns, acquire("job", "b", 30, 0))
-	if got, want := keys(r), "acquired,holders,index,name,op,reason"; got != want {
+	if got, want := keys(r), "acquired,holders,index,name,op,reason,waiting"; got != want {
 		t.Fatalf("keys %s, want %s: %v", got, want, r)
 	}
-	if r["acquired"] != false || r["reason"] != "held" {
+	if r["acquired"] != false || r["reason"] != "held" || num(t, r["waiting"]) != 0 {
 		t.Fatalf("answer %v", r)
 	}
 	hs := r["holders"].([]any)
@@ -136,7 +136,7 @@ func TestRenewAfterExpiryIsLost(t *testing.T) {
 
 func TestReleaseGetCheck(t *testing.T) {
 	ns := namespace(t)
-	if r := one(t, ns, `{"op":"get","name":"job"}`); keys(r) != "holders,index,name,op" || len(r["holders"].([]any)) != 0 {
+	if r := one(t, ns, `{"op":"get","name":"job"}`); keys(r) != "holders,index,name,op,waiting" || len(r["holders"].([]any)) != 0 || num(t, r["waiting"]) != 0 {
 		t.Fatalf("get of a free lock %v", r)
 	}
 	won := one(t, ns, acquire("job", "a", 30, 0))

@@ -11,6 +11,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -154,7 +155,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the route's client: %w", err)
 	}
-	s.self = locks.New(c, cfg.Clock, append([]locks.Option{locks.WithDeletesOver(d)}, cfg.Locks...)...)
+	host, _ := os.Hostname()
+	s.self = locks.New(c, cfg.Clock, append([]locks.Option{locks.WithDeletesOver(d), locks.CountsWaiting(), locks.WithCarrier("route/" + host)}, cfg.Locks...)...)
 	if cfg.TLSCertDir != "" {
 		// Read now, so a missing or bad certificate stops the manager at
 		// start rather than failing every caller's handshake.

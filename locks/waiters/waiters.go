@@ -42,9 +42,16 @@ type Hub struct {
 	// cache then, since a change made meanwhile would wake nobody.
 	ready atomic.Bool
 
+	// line lists a lock's waiters as the manager's cache has them; nil
+	// when the hub has no such cache (then acquires wait unordered).
+	line      LineLister
+	lineReady atomic.Bool
+	lineDown  atomic.Bool // the waiters' resource cannot be watched
+
 	mu      sync.Mutex
 	waiting int
 	locks   map[key]*queue
+	follows map[key]map[*follow]struct{}
 }
 
 type key struct{ ns, lock string }
@@ -62,7 +69,7 @@ type queue struct {
 // NewHub makes a hub that lets at most max calls wait at once. lister may
 // be nil: then only events after a waiter arrived arm expiry timers.
 func NewHub(max int, grace time.Duration, lister Lister) *Hub {
-	h := &Hub{max: max, grace: grace, lister: lister, locks: map[key]*queue{}}
+	h := &Hub{max: max, grace: grace, lister: lister, locks: map[key]*queue{}, follows: map[key]map[*follow]struct{}{}}
 	h.ready.Store(true)
 	return h
 }
@@ -296,6 +303,7 @@ func (h *Hub) Gone(p *locksv1alpha1.QueenLock) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := key{p.Namespace, p.Spec.Lock}
+	h.notifyLocked(k)
 	if q := h.locks[k]; q != nil {
 		if t := q.timers[p.Name]; t != nil {
 			t.Stop()
@@ -315,6 +323,7 @@ func (h *Hub) Seen(p *locksv1alpha1.QueenLock) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.notifyLocked(key{p.Namespace, p.Spec.Lock})
 	h.armLocked(p)
 	if q := h.locks[key{p.Namespace, p.Spec.Lock}]; q != nil {
 		for _, w := range q.waiters {
@@ -350,7 +359,8 @@ func (h *Hub) armLocked(p *locksv1alpha1.QueenLock) {
 	})
 }
 
-// Asleep is how many waiters have lost a try and wait for a wake now.
+// Asleep is how many waiters have lost a try and wait for a wake now,
+// or wait in their lock's line.
 func (h *Hub) Asleep() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -358,6 +368,13 @@ func (h *Hub) Asleep() int {
 	for _, q := range h.locks {
 		for _, w := range q.waiters {
 			if w.lost && !w.hot {
+				n++
+			}
+		}
+	}
+	for _, fs := range h.follows {
+		for f := range fs {
+			if f.queued {
 				n++
 			}
 		}

@@ -229,7 +229,10 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 			}
 		}
 		yield := len(free) == 0 && len(takeable) == 0
-		if !yield {
+		if !yield && len(free) == 0 {
+			// Only expired slots: those are the line's, when anyone
+			// waits. A free slot is created at once (one write, no read
+			// of the line): a slot frees to a waiter by its own create.
 			if yield, err = l.yields(ctx, a); err != nil {
 				return Acquired{}, err
 			}

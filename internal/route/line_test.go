@@ -244,16 +244,35 @@ func requestsSince(before, after map[string]float64) map[string]float64 {
 // The line costs the fast path nothing: an acquire of a free lock nobody
 // waits for is one create of the permit over the route, waiting or not,
 // and nothing touches the line.
+//
+// kube-apiserver counts every client's requests, and the suite's manager
+// runs beside the test (expiring and giving back other tests' permits): a
+// count can only gain from them. The acquire is measured a few times, each
+// of a lock of its own, and one count of exactly one create must show;
+// an acquire that read or wrote more would show it in every count.
 func TestAnAcquireOfAFreeLockNobodyWaitsForIsOneWrite(t *testing.T) {
 	ns := namespace(t)
-	for i, op := range []string{acquire("fast", "a", 600, 0), acquireWaiting("fast-waiting", "a", 600, 0, 30)} {
-		before := apiRequests(t)
-		if r := one(t, ns, op); r["acquired"] != true {
-			t.Fatalf("acquire %d: %v", i, r)
+	want := map[string]float64{"POST queenlocks": 1}
+	for i, waits := range []bool{false, true} {
+		var seen []map[string]float64
+		for try := range 5 {
+			op := acquire(fmt.Sprintf("fast-%d-%d", i, try), "a", 600, 0)
+			if waits {
+				op = acquireWaiting(fmt.Sprintf("fast-%d-%d", i, try), "a", 600, 0, 30)
+			}
+			before := apiRequests(t)
+			if r := one(t, ns, op); r["acquired"] != true {
+				t.Fatalf("acquire %d: %v", i, r)
+			}
+			got := requestsSince(before, apiRequests(t))
+			if fmt.Sprint(got) == fmt.Sprint(want) {
+				seen = nil
+				break
+			}
+			seen = append(seen, got)
 		}
-		got := requestsSince(before, apiRequests(t))
-		if want := map[string]float64{"POST queenlocks": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("acquire %d of a free lock: requests %v, want %v", i, got, want)
+		if seen != nil {
+			t.Fatalf("acquire %d of a free lock: requests %v in each of %d tries, want %v", i, seen, len(seen), want)
 		}
 	}
 }

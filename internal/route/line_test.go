@@ -364,30 +364,40 @@ func (c cutter) RoundTrip(r *http.Request) (*http.Response, error) {
 // the one delete of a permit.
 func TestWhatAWaitingAcquireWrites(t *testing.T) {
 	ns := namespace(t)
-	held := one(t, ns, acquire("costly", "holder", 600, 0))
-	if held["acquired"] != true {
-		t.Fatal(held)
-	}
-	before := apiRequests(t)
-	got := inBackground(t, ns, acquireWaiting("costly", "waiter", 600, 0, 30))
-	lineOf(t, ns, "costly", 1)
-	if r := one(t, ns, fmt.Sprintf(`{"op":"release","name":"costly","token":%d,"owner":"holder"}`, num(t, held["token"]))); r["released"] != true {
-		t.Fatal(r)
-	}
-	if r := <-got; r["acquired"] != true {
-		t.Fatalf("the waiter answered %v", r)
-	}
-	lineOf(t, ns, "costly", 0)
-	d := requestsSince(before, apiRequests(t))
-	renews := d["PATCH queenlockwaiters"]
-	if d["POST queenlocks"] != 2 || d["POST queenlockwaiters"] != 1 || d["DELETE queenlockwaiters"] != 1 || d["DELETE queenlocks"] != 1 || d["PUT queenlocks"] != 0 {
-		t.Fatalf("requests %v, want two creates of the permit (one lost), a create and a delete of the waiter, the release's delete", d)
-	}
-	writes := 0.0
-	for k, v := range d {
-		if !strings.HasPrefix(k, "LIST") && !strings.HasPrefix(k, "GET") && !strings.HasPrefix(k, "WATCH") {
-			writes += v
+	// kube-apiserver counts every client's requests, and the suite's
+	// manager expires and gives back other tests' permits beside this
+	// one: a count can only gain from them. One of a few tries, each of
+	// a lock of its own, must count exactly what a waiting acquire does.
+	var seen []map[string]float64
+	for try := range 4 {
+		lock := fmt.Sprintf("costly-%d", try)
+		held := one(t, ns, acquire(lock, "holder", 600, 0))
+		if held["acquired"] != true {
+			t.Fatal(held)
 		}
+		before := apiRequests(t)
+		got := inBackground(t, ns, acquireWaiting(lock, "waiter", 600, 0, 30))
+		lineOf(t, ns, lock, 1)
+		if r := one(t, ns, fmt.Sprintf(`{"op":"release","name":%q,"token":%d,"owner":"holder"}`, lock, num(t, held["token"]))); r["released"] != true {
+			t.Fatal(r)
+		}
+		if r := <-got; r["acquired"] != true {
+			t.Fatalf("the waiter answered %v", r)
+		}
+		lineOf(t, ns, lock, 0)
+		d := requestsSince(before, apiRequests(t))
+		if d["POST queenlocks"] != 2 || d["POST queenlockwaiters"] != 1 || d["DELETE queenlockwaiters"] != 1 || d["DELETE queenlocks"] != 1 || d["PUT queenlocks"] != 0 {
+			seen = append(seen, d)
+			continue
+		}
+		writes := 0.0
+		for k, v := range d {
+			if !strings.HasPrefix(k, "LIST") && !strings.HasPrefix(k, "GET") && !strings.HasPrefix(k, "WATCH") {
+				writes += v
+			}
+		}
+		t.Logf("a waiting acquire wrote %v times (with %v renews of its waiter), besides the holder's release: %v", writes-1, d["PATCH queenlockwaiters"], d)
+		return
 	}
-	t.Logf("a waiting acquire wrote %v times (with %v renews of its waiter), besides the holder's release: %v", writes-1, renews, d)
+	t.Fatalf("requests %v in each try, want two creates of the permit (one lost), a create and a delete of the waiter, the release's delete", seen)
 }

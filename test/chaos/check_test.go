@@ -546,3 +546,23 @@ func TestAnAcquiresRaiseIsNoHoldersWrite(t *testing.T) {
 		t.Fatalf("a raise of the setup's write: violations %q, raises %d", r.Violations, r.Raises)
 	}
 }
+
+// A held answer that names no holder is the line's (waiters were ahead):
+// it claims nothing of the lease, even when the lease had ended. One that
+// names a holder past its end and the grace is still a violation.
+func TestHeldBehindTheLineClaimsNothingOfTheLease(t *testing.T) {
+	h := goodHistory()
+	h.Grace = int64(time.Second)
+	h.Ops = append(h.Ops, Op{Client: 2, Kind: KindAcquire, Owner: "c", TTL: 2, Wait: 3, Call: at(5000), Return: at(8000), Outcome: Held})
+	sortOps(h.Ops)
+	if r := Check(h, time.Minute); r.Linearized != "yes" {
+		t.Fatalf("a held answer behind the line: linearizable %s, violations %q", r.Linearized, r.Violations)
+	}
+	h = goodHistory()
+	h.Grace = int64(time.Second)
+	h.Ops = append(h.Ops, Op{Client: 2, Kind: KindAcquire, Owner: "c", TTL: 2, Call: at(5000), Return: at(5010), Outcome: Held, HolderOwner: "b", HolderToken: 104, HolderExpires: at(2105)})
+	sortOps(h.Ops)
+	if r := Check(h, time.Minute); r.Linearized != "no" {
+		t.Fatalf("held by a holder long past its end: linearizable %s", r.Linearized)
+	}
+}

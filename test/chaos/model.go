@@ -100,6 +100,14 @@ func (b bounds) step(s lease, op Op) []interface{} {
 		return ok(holds && tokenIs(op.NewToken) && expireIs(op.ExpiresAt) && !hadEnded(op.Call),
 			exactLease(op.Owner, op.NewToken, op.ExpiresAt))
 	case KindAcquire + "/" + Held:
+		if op.HolderOwner == "" {
+			// Held with no holder named: the lock's line was not empty
+			// (a waiting acquire whose turn did not come in time, or a
+			// plain one that leaves an expired slot to the waiters). It
+			// says nothing of the lease; the line's order is not part of
+			// this model.
+			return ok(true, s)
+		}
 		// Held until the grace has passed after the end, by the answering
 		// replica's clock.
 		match := !s.Free && s.Owner == op.HolderOwner && tokenIs(op.HolderToken) && expireIs(op.HolderExpires) &&

@@ -42,6 +42,10 @@ type Report struct {
 	// LongestExcused is the longest such wait, in ns.
 	Excused        int
 	LongestExcused int64
+	// LeftToLine counts acquires answered held while waiters stood in the
+	// lock's line: the lock went to the line, not to them, so they are no
+	// refusal of a free lock.
+	LeftToLine int
 	// Waiting counts acquires sent with waitSeconds, WaitWon those of them
 	// answered acquired after the call had waited (not at its first try:
 	// more than 100 ms after the call).
@@ -603,6 +607,10 @@ func (r *Report) checkAvailable(h History, b bounds) {
 	var refused []Op
 	for _, op := range h.Ops {
 		if op.Kind == KindAcquire && op.Lock == "" && (op.Outcome == Held || op.Outcome == Contended) {
+			if op.Waiting > 0 {
+				r.LeftToLine++
+				continue
+			}
 			if op.Wait > 0 {
 				// A waiting acquire tries last when its wait is over: had
 				// the lock been free then (or had a free slot not woken

@@ -203,6 +203,7 @@ func (c *Client) send(ctx context.Context, op *Op) error {
 			op.Outcome = Acquired
 		case a.Reason == locks.ReasonHeld:
 			op.Outcome = Held
+			op.Waiting = a.Waiting
 			if len(a.Holders) > 0 {
 				h := a.Holders[0]
 				op.HolderOwner, op.HolderToken, op.HolderExpires = h.Owner, h.Token, h.ExpiresAt.UnixNano()

@@ -108,6 +108,9 @@ type Op struct {
 	HolderOwner   string `json:"holderOwner,omitempty"`
 	HolderToken   uint64 `json:"holderToken,omitempty"`
 	HolderExpires int64  `json:"holderExpires,omitempty"`
+	// Waiting: how many waited in the lock's line, as the held answer
+	// said. Such an acquire left the lock to the line.
+	Waiting int `json:"waiting,omitempty"`
 	// Write: the counter written and the ConfigMap's resourceVersion after.
 	Counter int64  `json:"counter,omitempty"`
 	Version uint64 `json:"version,omitempty"`

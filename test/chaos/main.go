@@ -220,6 +220,7 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	}
 	row("calls the route refused with 401 or 403 (token and rights good)", r.Denied)
 	row("acquires refused past TTL + grace only while kube-apiserver, etcd or a webhook was down (excused)", r.Excused)
+	row("acquires answered held with waiters in the line (the lock left to the line; not checked for availability)", r.LeftToLine)
 	fmt.Fprintf(w, "| longest such wait | %s |\n", time.Duration(r.LongestExcused).Round(time.Millisecond))
 	fmt.Fprintf(w, "| outages (kube-apiserver or etcd down, a webhook cut off) | %d |\n", len(res.History.Outages))
 	row("acquires that waited (waitSeconds)", r.Waiting)

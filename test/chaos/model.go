@@ -100,12 +100,12 @@ func (b bounds) step(s lease, op Op) []interface{} {
 		return ok(holds && tokenIs(op.NewToken) && expireIs(op.ExpiresAt) && !hadEnded(op.Call),
 			exactLease(op.Owner, op.NewToken, op.ExpiresAt))
 	case KindAcquire + "/" + Held:
-		if op.HolderOwner == "" {
-			// Held with no holder named: the lock's line was not empty
-			// (a waiting acquire whose turn did not come in time, or a
-			// plain one that leaves an expired slot to the waiters). It
-			// says nothing of the lease; the line's order is not part of
-			// this model.
+		if op.HolderOwner == "" || op.Waiting > 0 {
+			// Held with no holder named, or with waiters in the lock's
+			// line (a waiting acquire whose turn did not come in time,
+			// or a plain one that left an expired slot to the waiters):
+			// it says nothing of the lease; the line's order is not part
+			// of this model.
 			return ok(true, s)
 		}
 		// Held until the grace has passed after the end, by the answering

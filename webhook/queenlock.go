@@ -122,16 +122,12 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 			return deny(&permit.Refusal{Errs: errs}, obj.Name)
 		}
 	}
-	var sentObj *locksv1alpha1.QueenLock // as sent, for the raise to judge again against the stored permit
-	if !caller.Manager && h.Fence != nil && old != nil {
-		sentObj = obj.DeepCopy()
-	}
 	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, caller)
 	if err != nil {
 		return deny(err, obj.Name)
 	}
 	if stamped && !caller.Manager && h.Fence != nil {
-		if resp, ok := h.raise(ctx, req, old, obj, sentObj, caller); !ok {
+		if resp, ok := h.raise(ctx, req, old, obj, caller); !ok {
 			return resp
 		}
 	}
@@ -167,7 +163,7 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 //     unraised and the holder released meanwhile, it would win unraised.
 //     Two creates racing for a free slot both read it absent before
 //     either was stored, so the loser's floor is below the winner's token.
-func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj, sentObj *locksv1alpha1.QueenLock, caller permit.Caller) (admission.Response, bool) {
+func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj *locksv1alpha1.QueenLock, caller permit.Caller) (admission.Response, bool) {
 	var floor uint64
 	switch {
 	case old == nil:
@@ -184,7 +180,7 @@ func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj, 
 			return admission.Errored(http.StatusInternalServerError, err), false
 		}
 	case !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime): // a takeover
-		tok, resp, ok := h.storedTakeover(ctx, old, sentObj, caller)
+		tok, resp, ok := h.storedTakeover(ctx, req, old, caller)
 		if !ok {
 			return resp, false
 		}
@@ -202,7 +198,7 @@ func (h *QueenLock) raise(ctx context.Context, req admission.Request, old, obj, 
 // and judges the takeover again against it, answering its token. A review
 // kube-apiserver sends carries the stored version as its old object, so
 // the two agree; one that does not is refused, changing nothing.
-func (h *QueenLock) storedTakeover(ctx context.Context, old, sentObj *locksv1alpha1.QueenLock, caller permit.Caller) (uint64, admission.Response, bool) {
+func (h *QueenLock) storedTakeover(ctx context.Context, req admission.Request, old *locksv1alpha1.QueenLock, caller permit.Caller) (uint64, admission.Response, bool) {
 	stored := &locksv1alpha1.QueenLock{}
 	err := h.Reader.Get(ctx, client.ObjectKeyFromObject(old), stored)
 	switch {
@@ -213,7 +209,12 @@ func (h *QueenLock) storedTakeover(ctx context.Context, old, sentObj *locksv1alp
 	case stored.ResourceVersion != old.ResourceVersion || stored.UID != old.UID:
 		return 0, admission.Errored(http.StatusConflict, fmt.Errorf("permit %s changed since this write was sent: read it again", old.Name)), false
 	}
-	judged := sentObj.DeepCopy()
+	// Judged as sent: Stamp has already changed the decoded object, and
+	// only a takeover pays for decoding it again.
+	judged := &locksv1alpha1.QueenLock{}
+	if err := h.decoder.DecodeRaw(req.Object, judged); err != nil {
+		return 0, admission.Errored(http.StatusBadRequest, err), false
+	}
 	if _, err := permit.Stamp(stored, judged, h.Clock.Now(), h.Grace, caller); err != nil {
 		return 0, deny(err, old.Name), false
 	}

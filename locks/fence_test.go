@@ -1,12 +1,8 @@
 package locks_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,34 +13,12 @@ import (
 	"github.com/queen-locks/queen-locks/permit"
 )
 
-var requestLine = regexp.MustCompile(`^apiserver_request_total\{(.*)\} (\S+)$`)
-var label = regexp.MustCompile(`(\w+)="([^"]*)"`)
-
-// apiRequests reads kube-apiserver's count of requests it served, by
-// "VERB resource".
+// apiRequests reads kube-apiserver's count of the requests it served, by "VERB resource".
 func apiRequests(t *testing.T) map[string]float64 {
 	t.Helper()
-	raw, err := env.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	out, err := env.APIRequests(context.Background())
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		m := requestLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		labels := map[string]string{}
-		for _, l := range label.FindAllStringSubmatch(m[1], -1) {
-			labels[l[1]] = l[2]
-		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[labels["verb"]+" "+labels["resource"]] += v
 	}
 	return out
 }

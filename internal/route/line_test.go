@@ -1,7 +1,6 @@
 package route_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,37 +194,13 @@ func TestWaitersAcquireInTheOrderTheyJoined(t *testing.T) {
 	}
 }
 
-var requestLine = regexp.MustCompile(`^apiserver_request_total\{(.*)\} (\S+)$`)
-var labelPair = regexp.MustCompile(`(\w+)="([^"]*)"`)
-
 // apiRequests reads kube-apiserver's count of the requests it served on
 // the lock kinds, by "VERB resource".
 func apiRequests(t *testing.T) map[string]float64 {
 	t.Helper()
-	raw, err := env.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	out, err := env.APIRequests(context.Background(), "queenlocks", "queenlockwaiters")
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		m := requestLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		labels := map[string]string{}
-		for _, l := range labelPair.FindAllStringSubmatch(m[1], -1) {
-			labels[l[1]] = l[2]
-		}
-		if r := labels["resource"]; r != "queenlocks" && r != "queenlockwaiters" {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[labels["verb"]+" "+labels["resource"]] += v
 	}
 	return out
 }

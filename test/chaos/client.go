@@ -557,7 +557,7 @@ func (c *Client) hangUp(ctx context.Context, lock string, limit int) {
 		op.Outcome, op.Error = Unknown, err.Error()
 		var refused *handle.CallError
 		if errors.As(err, &refused) || errors.Is(err, syscall.ECONNREFUSED) {
-			op.Outcome = Failed // answered, or never sent: no hang-up
+			op.Outcome, op.HungUp = Failed, false // answered, or never sent: no hang-up
 		}
 	case a.Acquired:
 		// Answered in time after all: the caller has the permit, and

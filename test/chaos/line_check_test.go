@@ -78,10 +78,20 @@ func gapHistory() History {
 	h := lineHistory()
 	h.Ops = append(h.Ops, Op{Client: 3, Kind: KindAcquire, Owner: "c", TTL: 10, Call: at(300), Return: at(510), Outcome: Acquired, NewToken: 21})
 	sortOps(h.Ops)
-	h.Permits = append(h.Permits[:2:2], Event{Type: "ADDED", Version: 21, Seen: at(502), Owner: "c", AcquireTime: at(501), RenewTime: at(501), ExpireTime: at(10501)},
-		Event{Type: "DELETED", Version: 21, Seen: at(504), Owner: "c", AcquireTime: at(501), RenewTime: at(501), ExpireTime: at(10501)})
-	h.Permits[3].Version = 215
-	h.Permits = append(h.Permits, lineHistory().Permits[2:]...)
+	// c's lease is created at 21 and released at 24; a's and b's, and
+	// their waiters' deletes, come 10 versions later than in lineHistory.
+	h.Permits = append(h.Permits[:2:2], Event{Type: "ADDED", Version: 21, Seen: at(502), Owner: "c", AcquireTime: at(501), RenewTime: at(501), ExpireTime: at(10501)})
+	rest := lineHistory().Permits[2:]
+	for i := range rest {
+		rest[i].Version += 10
+	}
+	h.Permits = append(h.Permits, Event{Type: "DELETED", Version: 24, Seen: at(504), Owner: "c", AcquireTime: at(501), RenewTime: at(501), ExpireTime: at(10501)})
+	h.Permits = append(h.Permits, rest...)
+	for i := range h.Waiters {
+		if h.Waiters[i].Type == "DELETED" {
+			h.Waiters[i].Version += 10
+		}
+	}
 	return h
 }
 

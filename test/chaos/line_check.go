@@ -235,6 +235,12 @@ func (r *Report) checkLine(h History) {
 			if len(line) == 0 {
 				continue
 			}
+			if own != nil && plainWin(h.Ops, l.op, b) {
+				// The call that won did not wait: the waiter is an earlier
+				// call's of the same owner (one answered 503, its waiter
+				// not yet deleted), which gives this one no place.
+				own = nil
+			}
 			f.Leases++
 			if own != nil {
 				f.FromLine++
@@ -333,6 +339,24 @@ func (r *Report) passRule(h History, l gatedLock, b leaseBegin, own, w *waiterSp
 		return RuleGap
 	}
 	return ""
+}
+
+// plainWin tells whether the acquire that won b (answered with its token,
+// else the owner's last acquire sent before it was seen) sent no
+// waitSeconds: a plain acquire, whatever waiter its owner left behind.
+func plainWin(ops []Op, lock string, b leaseBegin) bool {
+	var last *Op
+	for i := range ops {
+		op := &ops[i]
+		if op.Kind != KindAcquire || op.Lock != lock || op.Owner != b.owner || op.Role == RoleGated || op.Call > b.seen {
+			continue
+		}
+		if op.NewToken == b.version {
+			return op.Wait == 0
+		}
+		last = op
+	}
+	return last != nil && last.Wait == 0
 }
 
 // notAdmittedSeen is how long after the gate passed over a pod it cannot

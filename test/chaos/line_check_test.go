@@ -249,3 +249,26 @@ func TestAPodThatCannotBeLetInHoldsNobodyBack(t *testing.T) {
 		t.Fatalf("violations %q, figures %+v", r.Violations, r.Line)
 	}
 }
+
+// A waiter left by an earlier call of the same owner (answered 503) gives
+// no place to the owner's plain acquire that wins: it is a plain create.
+func TestALeftoverWaiterGivesAPlainAcquireNoPlace(t *testing.T) {
+	h := gapHistory()
+	h.Waiters = append(h.Waiters, WaiterEvent{Type: "ADDED", Version: 5, Seen: at(50), UID: "wc", Lock: Lock, Owner: "c", Limit: 1})
+	var r Report
+	r.checkLine(h)
+	if len(r.Violations) != 0 || r.Line.Excused[RuleGap] != 2 {
+		t.Fatalf("violations %q, figures %+v", r.Violations, r.Line)
+	}
+	// Had the winning call waited, its waiter's place would be its own.
+	for i := range h.Ops {
+		if h.Ops[i].Owner == "c" {
+			h.Ops[i].Wait = 2
+		}
+	}
+	r = Report{}
+	r.checkLine(h)
+	if len(r.Violations) != 0 || r.Line.Excused[RuleGap] != 0 {
+		t.Fatalf("violations %q, figures %+v", r.Violations, r.Line)
+	}
+}

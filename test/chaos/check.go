@@ -58,9 +58,13 @@ type Report struct {
 	Violations       []string
 	Gated            GatedFigures
 	Leaders          LeaderFigures
+	// Line is what checkLine found of the line's order and the gated
+	// pods' admissions.
+	Line LineFigures
 	// GaveBack counts acquires the route may have given back because
-	// their caller went away (givenBack).
+	// their caller went away (givenBack); GiveBack has the rest.
 	GaveBack int
+	GiveBack GiveBackFigures
 }
 
 // Check runs every check over h. timeout bounds the linearizability search.
@@ -100,7 +104,9 @@ func Check(h History, timeout time.Duration) Report {
 	// acquires and ends for them, from the record, join the operations,
 	// and so do the route's give-backs of acquires whose caller went away
 	// (after the counts above, which are the clients' own).
-	if more := append(gatedOps(h), givenBack(h)...); len(more) > 0 {
+	r.settleHangUps(&h)
+	back := givenBack(h)
+	if more := append(gatedOps(h), back...); len(more) > 0 {
 		h.Ops = append(append([]Op(nil), h.Ops...), more...)
 		sortOps(h.Ops)
 		for _, op := range more {
@@ -118,6 +124,8 @@ func Check(h History, timeout time.Duration) Report {
 	r.checkSemaphore(h, b)
 	r.checkGated(h, b)
 	r.checkLeaders(h, b)
+	r.checkLine(h)
+	r.checkGiveBacks(h, back)
 	ops, resolved, dropped := resolve(h.Ops, h.Permits)
 	r.Resolved, r.Dropped = resolved, dropped
 	for _, op := range ops {

@@ -46,6 +46,8 @@ type Client struct {
 	Log  func(Op)
 	// LogHold records a gated pod's hold (RoleGated).
 	LogHold func(Hold)
+	// LogPod records what a gated client saw of one of its pods.
+	LogPod func(PodInfo)
 	// Role is one of the Role constants; empty is RoleHolder.
 	Role string
 	// OtherLock is the second lock whose guard RoleOtherLock writes under.
@@ -496,6 +498,11 @@ func (c *Client) runRevoker(ctx context.Context, stopped func() bool) {
 func (c *Client) runSemaphore(ctx context.Context, stop <-chan struct{}, stopped func() bool) {
 	for !stopped() {
 		c.cycle++
+		if c.Rand.IntN(hangUpShare) == 0 {
+			c.hangUp(ctx, Semaphore, SemaphoreLimit)
+			c.pause(50, 250)
+			continue
+		}
 		owner := fmt.Sprintf("s%d.%d", c.ID, c.cycle)
 		var acq Op
 		for {
@@ -523,5 +530,47 @@ func (c *Client) runSemaphore(ctx context.Context, stop <-chan struct{}, stopped
 			continue
 		}
 		c.call(ctx, Op{Lock: Semaphore, Slot: acq.Slot, Kind: KindRelease, Owner: owner, Token: r.NewToken})
+	}
+}
+
+// hangUpShare: one semaphore cycle in hangUpShare is a hang-up instead.
+const hangUpShare = 5
+
+// hangUpAfter is how long a hang-up waits for its answer: the hold keeps
+// a minted owner's permit write at least HoldMintedMin, so the route's
+// acquire of a free slot wins after the caller left.
+const hangUpAfter = 200 * time.Millisecond
+
+// hangUp sends an acquire without an owner and hangs up before its answer
+// (issue 41): the route mints the owner, and when its acquire wins after
+// the caller left, it must give the permit back at the version it made,
+// since nobody can learn the owner to release it. giveback.go matches the
+// record to these calls.
+func (c *Client) hangUp(ctx context.Context, lock string, limit int) {
+	op := Op{Client: c.ID, Role: c.Role, Lock: lock, Kind: KindAcquire, TTL: c.TTL, Limit: limit, HungUp: true, Call: time.Now().UnixNano()}
+	hctx, cancel := context.WithTimeout(ctx, hangUpAfter)
+	a, err := c.Route.Acquire(hctx, lock, "", c.TTL, limit)
+	cancel()
+	op.Return = time.Now().UnixNano()
+	switch {
+	case err != nil:
+		op.Outcome, op.Error = Unknown, err.Error()
+		var refused *handle.CallError
+		if errors.As(err, &refused) || errors.Is(err, syscall.ECONNREFUSED) {
+			op.Outcome, op.HungUp = Failed, false // answered, or never sent: no hang-up
+		}
+	case a.Acquired:
+		// Answered in time after all: the caller has the permit, and
+		// releases it as any holder would.
+		op.Outcome, op.Owner, op.NewToken, op.ExpiresAt, op.Slot = Acquired, a.Permit.Owner, a.Permit.Token, a.Permit.ExpiresAt.UnixNano(), a.Permit.Slot
+		op.HungUp = false
+	case a.Reason == locks.ReasonHeld:
+		op.Outcome, op.HungUp = Held, false
+	default:
+		op.Outcome, op.HungUp = Contended, false
+	}
+	c.Log(op)
+	if op.Outcome == Acquired {
+		c.call(ctx, Op{Lock: lock, Slot: op.Slot, Kind: KindRelease, Owner: op.Owner, Token: op.NewToken})
 	}
 }

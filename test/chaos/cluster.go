@@ -387,6 +387,10 @@ func (c *cluster) startClients(cfg Config, logOp func(Op)) (*sync.WaitGroup, []*
 			sc := bufio.NewScanner(outR)
 			sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 			for sc.Scan() {
+				if pod, ok := podOf(sc.Bytes()); ok {
+					c.rec.pod(pod)
+					continue
+				}
 				if hold, ok := holdOf(sc.Bytes()); ok {
 					c.rec.hold(hold)
 					continue

@@ -129,11 +129,37 @@ func holdOf(line []byte) (Hold, bool) {
 	return *l.Hold, true
 }
 
+// podLine is how a gated client writes what it saw of a pod (PodInfo).
+type podLine struct {
+	Pod *PodInfo `json:"pod"`
+}
+
+// podOf reads a pod's record from a client's output line.
+func podOf(line []byte) (PodInfo, bool) {
+	var l podLine
+	if json.Unmarshal(line, &l) != nil || l.Pod == nil {
+		return PodInfo{}, false
+	}
+	return *l.Pod, true
+}
+
 func (r *recorder) hold(x Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.holds = append(r.holds, x)
 }
+
+// ManagerLease is the manager's leader election Lease (in the run's
+// namespace, where the replicas elect): the leader runs the gate.
+const ManagerLease = "queen-locks-expiry.locks.queen.dev"
+
+// The manager's leader election timing (controller-runtime's defaults,
+// which the manager keeps): a leader renews every RetryPeriod, and a
+// candidate takes over a lease not renewed for LeaseDuration.
+const (
+	ManagerLeaseDuration = 15 * time.Second
+	ManagerRetryPeriod   = 2 * time.Second
+)
 
 // gatedOn tells whether the run has gated clients.
 func gatedOn(cfg Config) bool { return slices.Contains(cfg.Roles, RoleGated) }
@@ -186,7 +212,7 @@ func (c *cluster) prepareGated(ctx context.Context, cfg Config) error {
 		{func() error {
 			_, err := c.cs.RbacV1().Roles(Namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: pods},
 				Rules: []rbacv1.PolicyRule{
-					{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
+					{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "delete", "patch"}},
 					{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"get", "patch", "update"}},
 				}}, metav1.CreateOptions{})
 			return err
@@ -223,6 +249,7 @@ type gatedPod struct {
 	token           uint64
 	slot            int
 	end             int64 // when the client chose to end it; 0 before
+	notAdmitted     bool  // the watch showed its Admitted condition False
 	how             string
 	recorded        bool // its hold was written
 	gone            bool // deleted, as the watch showed (or never created)
@@ -336,6 +363,9 @@ func (g *gatedRun) create(ctx context.Context) {
 		c.Log(op)
 		switch op.Outcome {
 		case Created:
+			if shape == ShapeUnadmittable {
+				g.overflow(ctx, p)
+			}
 			return
 		case Unknown:
 			if try < 5 {
@@ -351,6 +381,36 @@ func (g *gatedRun) create(ctx context.Context) {
 			g.mu.Unlock()
 			return
 		}
+	}
+}
+
+// KindPodOverflow is the patch that gives a ShapeUnadmittable pod more
+// annotations than the manager's policy compares, and lifts its own gate.
+const KindPodOverflow = "pod-overflow"
+
+// Patched is a pod patch stored.
+const Patched = "patched"
+
+// overflow patches a ShapeUnadmittable pod (gated_shapes.go), again while
+// the answer is unknown.
+func (g *gatedRun) overflow(ctx context.Context, p *gatedPod) {
+	body := overflowPatch()
+	for try := 0; try < 10; try++ {
+		op := Op{Client: g.c.ID, Role: RoleGated, Lock: opLock(p.lock), Kind: KindPodOverflow, Owner: p.name, Call: time.Now().UnixNano()}
+		_, err := g.c.Kube.CoreV1().Pods(g.c.Namespace).Patch(ctx, p.name, types.MergePatchType, body, metav1.PatchOptions{})
+		op.Return = time.Now().UnixNano()
+		op.Outcome = Patched
+		if err != nil {
+			op.Outcome, op.Error = podOutcome(err), err.Error()
+			if len(op.Error) > 300 {
+				op.Error = op.Error[:300]
+			}
+		}
+		g.c.Log(op)
+		if err == nil || apierrors.IsNotFound(err) || op.Outcome == Refused {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -430,6 +490,7 @@ func (g *gatedRun) relisted(items []corev1.Pod) {
 	for name, p := range g.pods {
 		if !listed[name] && p.uid != "" && !p.gone {
 			p.gone = true
+			g.c.logPod(PodInfo{UID: p.uid, Gone: time.Now().UnixNano()})
 			g.goneLocked(p)
 		}
 	}
@@ -449,6 +510,24 @@ func (g *gatedRun) observe(pod *corev1.Pod, deleted bool) {
 	}
 	if p.uid == "" {
 		p.uid = string(pod.UID)
+		limit := p.limit
+		if limit == 0 {
+			limit, _ = strconv.Atoi(pod.Annotations[gatedpod.LimitAnnotation])
+			limit = max(limit, 1)
+		}
+		g.c.logPod(PodInfo{UID: p.uid, Name: p.name, Lock: p.lock, Limit: limit, Shape: p.shape,
+			QueuedAt: gatedpod.QueuedAtTime(pod).UnixNano()})
+	}
+	if !p.notAdmitted {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == notAdmittedCondition && c.Status == corev1.ConditionFalse {
+				p.notAdmitted = true
+				g.c.logPod(PodInfo{UID: p.uid, NotAdmitted: now, Reason: c.Reason + ": " + c.Message})
+			}
+		}
+	}
+	if deleted || pod.DeletionTimestamp != nil {
+		g.c.logPod(PodInfo{UID: p.uid, Gone: now})
 	}
 	if !p.letIn && !gatedpod.Gated(pod) {
 		p.letIn, p.start = true, now
@@ -463,6 +542,17 @@ func (g *gatedRun) observe(pod *corev1.Pod, deleted bool) {
 	if deleted && !p.gone {
 		p.gone = true
 		g.goneLocked(p)
+	}
+}
+
+// notAdmittedCondition is the pod condition the gate sets False, with
+// its reason, on a pod it cannot let in (docs/gated-pods.md).
+const notAdmittedCondition corev1.PodConditionType = "locks.queen.dev/Admitted"
+
+// logPod writes what the client saw of a pod, when it can.
+func (c *Client) logPod(p PodInfo) {
+	if c.LogPod != nil && p.UID != "" {
+		c.LogPod(p)
 	}
 }
 

@@ -386,7 +386,7 @@ func printGated(row func(string, int), g GatedFigures) {
 	row("permit versions taken for gated pods", g.Permits)
 	row(fmt.Sprintf("most holders of %s at once, gated pods and route holders (limit 1)", Lock), g.Most[Lock])
 	row(fmt.Sprintf("most holders of %s at once, gated pods and route holders (limit %d)", Semaphore, SemaphoreLimit), g.Most[Semaphore])
-	for _, s := range []string{"plain", ShapeLimitOne, ShapeHugeGrace, ShapeManyAnnotations} {
+	for _, s := range []string{"plain", ShapeLimitOne, ShapeHugeGrace, ShapeManyAnnotations, ShapeUnadmittable} {
 		row("  holds of "+s+" pods", g.Shapes[s])
 	}
 }

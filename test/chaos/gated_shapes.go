@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -22,15 +23,34 @@ const (
 	// 1e10: the permit's lifetime (ttl plus grace) must be counted without
 	// overflow, and capped at a year.
 	ShapeHugeGrace = "huge-grace"
-	// ShapeManyAnnotations carries 1,100 ordinary annotations: the
-	// admission policy that checks the manager's patch must not run out
-	// of CEL cost on it, or the pod holds its slot and is never let in.
+	// ShapeManyAnnotations carries 1,500 ordinary annotations (issue 41):
+	// the admission policy that checks the manager's patch must not run
+	// out of CEL cost on it, or the pod holds its slot and is never let in.
 	ShapeManyAnnotations = "many-annotations"
+	// ShapeUnadmittable is created with a second scheduling gate of the
+	// client's, which the client then lifts in the patch that gives the
+	// pod overflowAnnotations ordinary annotations: more than the
+	// manager's admission policy compares (docs/gated-pods.md, "Admitted").
+	// The manager cannot let it in: it must say why (the pod's condition
+	// locks.queen.dev/Admitted False) and pass it over, holding nobody
+	// back (line_check.go).
+	ShapeUnadmittable = "unadmittable"
 )
+
+// manyAnnotations and overflowAnnotations are the ordinary annotations of
+// ShapeManyAnnotations and ShapeUnadmittable.
+const (
+	manyAnnotations     = 1500
+	overflowAnnotations = 10100
+)
+
+// laterGate is ShapeUnadmittable's own scheduling gate: the pod joins the
+// line only once it is gone.
+const laterGate = "chaos.queen.dev/later"
 
 // shapes are the shapes a gated client picks from, the plain one ("")
 // most often.
-var shapes = []string{"", "", "", ShapeLimitOne, ShapeHugeGrace, ShapeManyAnnotations}
+var shapes = []string{"", "", "", ShapeLimitOne, ShapeHugeGrace, ShapeManyAnnotations, ShapeUnadmittable}
 
 // hugeGrace is ShapeHugeGrace's terminationGracePeriodSeconds.
 const hugeGrace int64 = 1e10
@@ -50,9 +70,11 @@ func shapePod(pod *corev1.Pod, lock, shape string) int {
 		g := hugeGrace
 		pod.Spec.TerminationGracePeriodSeconds = &g
 	case ShapeManyAnnotations:
-		for i := range 1100 {
+		for i := range manyAnnotations {
 			pod.Annotations["example.com/note-"+strconv.Itoa(i)] = "x"
 		}
+	case ShapeUnadmittable:
+		pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: laterGate}}
 	}
 	if lock == Semaphore {
 		pod.Annotations[gatedpod.LimitAnnotation] = strconv.Itoa(limit)
@@ -81,4 +103,18 @@ func shapeName(s string) string {
 		return "plain"
 	}
 	return strings.ToLower(s)
+}
+
+// overflowPatch is the merge patch that gives a ShapeUnadmittable pod its
+// overflowAnnotations and lifts its own gate (leaving the manager's).
+func overflowPatch() []byte {
+	ann := make(map[string]string, overflowAnnotations)
+	for i := range overflowAnnotations {
+		ann["example.com/n-"+strconv.Itoa(i)] = "x"
+	}
+	b, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": ann},
+		"spec":     map[string]any{"schedulingGates": []corev1.PodSchedulingGate{{Name: gatedpod.Gate}}},
+	})
+	return b
 }

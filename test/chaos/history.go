@@ -131,6 +131,10 @@ type Op struct {
 	Denied bool `json:"denied,omitempty"`
 	// BadCall: the route refused the call as malformed (a harness bug).
 	BadCall bool `json:"badCall,omitempty"`
+	// HungUp: an acquire sent without an owner (the route mints one) whose
+	// caller hung up before the answer, on purpose (giveback.go). Check
+	// fills in Owner with the minted owner the record shows it won.
+	HungUp bool `json:"hungUp,omitempty"`
 }
 
 func (o Op) String() string {
@@ -241,6 +245,57 @@ type History struct {
 	LeaderObjects []Event `json:"leaderObjects,omitempty"`
 	// Holds are the gated pods' holds, as their clients saw them.
 	Holds []Hold `json:"holds,omitempty"`
+	// Waiters are the QueenLockWaiters of the run's namespace (the line of
+	// every lock), in commit order: line_check.go.
+	Waiters []WaiterEvent `json:"waiters,omitempty"`
+	// Pods are the gated pods, as their clients' watches saw them: when
+	// they were queued, told they cannot be let in, and gone.
+	Pods []PodInfo `json:"pods,omitempty"`
+	// Leases are the versions of the manager's leader election Lease:
+	// when a leader ran (it renews every RetryPeriod).
+	Leases []LeaseEvent `json:"leases,omitempty"`
+}
+
+// WaiterEvent is one version of a QueenLockWaiter, as the watch delivered
+// it. The waiter's place in its lock's line is the version of its ADDED
+// event (its create's resourceVersion).
+type WaiterEvent struct {
+	Type     string `json:"type"`
+	Version  uint64 `json:"version"`
+	Seen     int64  `json:"seen"`
+	UID      string `json:"uid"`
+	Lock     string `json:"lock"`
+	Owner    string `json:"owner"`
+	Limit    int    `json:"limit"`
+	Position uint64 `json:"position,omitempty"` // spec.position, once the carrier recorded it
+	Pod      string `json:"pod,omitempty"`      // the UID of spec.pod: a gated pod's waiter
+}
+
+// PodInfo is what a gated client's watch saw of one of its pods.
+type PodInfo struct {
+	UID   string `json:"uid"`
+	Name  string `json:"name,omitempty"`
+	Lock  string `json:"lock,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+	Shape string `json:"shape,omitempty"`
+	// QueuedAt is the pod's locks.queen.dev/queued-at, the pod webhook's
+	// stamp (by the clock of the replica that admitted it).
+	QueuedAt int64 `json:"queuedAt,omitempty"`
+	// NotAdmitted is when the watch first showed the pod's condition
+	// locks.queen.dev/Admitted False (the manager could not let it in and
+	// said why, in Reason); 0 if never.
+	NotAdmitted int64  `json:"notAdmitted,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	// Gone is when the watch first showed the pod deleted (or being
+	// deleted); 0 if never.
+	Gone int64 `json:"gone,omitempty"`
+}
+
+// LeaseEvent is one version of the manager's leader election Lease.
+type LeaseEvent struct {
+	Version uint64 `json:"version"`
+	Seen    int64  `json:"seen"`
+	Holder  string `json:"holder"`
 }
 
 func stamp(ns int64) string {

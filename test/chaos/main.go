@@ -152,7 +152,7 @@ func run() int {
 		return 2
 	}
 	printReport(os.Stdout, res, time.Since(start))
-	if len(res.Report.Violations) > 0 {
+	if len(res.Report.Violations) > 0 || noGiveBack(res.Report) {
 		fmt.Fprintf(os.Stderr, "the history and every process's log are in %s\n", *dir)
 		return 1
 	}
@@ -179,7 +179,7 @@ func checkAgain(path string) int {
 	start := time.Now()
 	res := &Result{History: h, Report: Check(h, CheckTimeout)}
 	printReport(os.Stdout, res, time.Since(start))
-	if len(res.Report.Violations) > 0 {
+	if len(res.Report.Violations) > 0 || noGiveBack(res.Report) {
 		return 1
 	}
 	return 0
@@ -229,17 +229,25 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	row("most semaphore holders at once (limit 3)", r.MostHolders)
 	printGated(row, r.Gated)
 	printLeaders(row, r.Leaders)
+	printLine(row, func(name string, ns int64) {
+		fmt.Fprintf(w, "| %s | %s |\n", name, time.Duration(ns).Round(time.Millisecond))
+	}, r.Line)
 	row("renewals", r.Renewals)
 	for _, k := range []string{"release", "expiry", "takeover", "pod-gone", "gated pod ended"} {
 		row("handovers by "+k, r.Handovers[k])
 	}
 	row("  of them after a foreground or orphan delete", r.Handovers["deleting"])
 	fmt.Fprintf(w, "| longest wait from a lease's end to the next acquire, clients refused meanwhile | %s |\n", time.Duration(r.LongestWait).Round(time.Millisecond))
-	for _, f := range append(Faults, "manager exited by itself", FaultDroppedAnswer, FaultHeld) {
+	for _, f := range append(Faults, "manager exited by itself", FaultDroppedAnswer, FaultHeld, FaultHungUp) {
 		row("fault: "+f, res.Faults[f])
 	}
 	row("lost answers settled from the record", r.Resolved)
 	row("  acquires the route may have given back, their caller gone", r.GaveBack)
+	row("acquires sent without an owner, hung up before the answer", r.GiveBack.HungUp)
+	row("  leases they won (owners the route minted)", r.GiveBack.Won)
+	row("  given back by the route (deleted before they could expire)", r.GiveBack.Back)
+	row("  deleted only once they may have expired", r.GiveBack.RanOut)
+	row("  not deleted by the end of the record", r.GiveBack.Pending)
 	row("lost answers that left no trace (not applied)", r.Dropped)
 	row("lost answers left open", r.Open)
 	row("violations", len(r.Violations))
@@ -247,7 +255,14 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 	for _, v := range r.Violations {
 		fmt.Fprintln(w, "VIOLATION:", v)
 	}
+	if r.GiveBack.Back == 0 {
+		fmt.Fprintln(w, "\n*** NO GIVE-BACK RAN IN THIS RUN: the route's give-back of an acquire whose caller hung up went unchecked ***")
+	}
 }
+
+// noGiveBack tells whether a run gave nothing back and must fail for it:
+// in CI (CI=true), where every run must exercise the give-back path.
+func noGiveBack(r Report) bool { return r.GiveBack.Back == 0 && os.Getenv("CI") == "true" }
 
 // runClient is one client process: it runs until its stdin closes, writing
 // each operation as a JSON line on stdout.
@@ -293,6 +308,11 @@ func runClient(args []string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = enc.Encode(holdLine{Hold: &h})
+	}
+	c.LogPod = func(p PodInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(podLine{Pod: &p})
 	}
 	stop := make(chan struct{})
 	go func() {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,10 @@ type recorder struct {
 	leaderPermits, leaderObjects []Event
 	pods                         []PodGone // holder pods the nemesis deleted
 	holds                        []Hold    // the gated pods' holds, as their clients wrote them
+	waiters                      []WaiterEvent
+	leases                       []LeaseEvent
+	gatedPods                    map[string]*PodInfo // the gated pods, by UID
+	podOrder                     []string
 	outages                      [][2]int64
 	err                          error
 	owner                        string // the permit's current owner, "" when free
@@ -44,7 +49,39 @@ type recorder struct {
 
 func (r *recorder) run(ctx context.Context, c client.WithWatch, cs kubernetes.Interface, ns, permitName, object string, from uint64) {
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(7)
+	go func() {
+		defer wg.Done()
+		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
+			return c.Watch(ctx, &locksv1alpha1.QueenLockWaiterList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		}, func(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+			w := o.(*locksv1alpha1.QueenLockWaiter)
+			e := WaiterEvent{Type: string(t), Version: v, Seen: seen, UID: string(w.UID), Lock: w.Spec.Lock, Owner: w.Spec.Owner,
+				Limit: int(w.Spec.Limit), Position: uint64(w.Spec.Position)}
+			if w.Spec.Pod != nil {
+				e.Pod = w.Spec.Pod.UID
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.waiters = append(r.waiters, e)
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
+			return cs.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{
+				FieldSelector: fields.OneTermEqualSelector("metadata.name", ManagerLease).String(), ResourceVersion: rv})
+		}, func(t watch.EventType, o runtime.Object, v uint64, seen int64) {
+			l := o.(*coordinationv1.Lease)
+			e := LeaseEvent{Version: v, Seen: seen}
+			if t != watch.Deleted && l.Spec.HolderIdentity != nil {
+				e.Holder = *l.Spec.HolderIdentity
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.leases = append(r.leases, e)
+		})
+	}()
 	go func() {
 		defer wg.Done()
 		r.follow(ctx, from, func(ctx context.Context, rv string) (watch.Interface, error) {
@@ -206,6 +243,41 @@ func (r *recorder) seenLeaders(permitVersion, objectVersion uint64) bool {
 	defer r.mu.Unlock()
 	reached := func(evs []Event, v uint64) bool { return v == 0 || len(evs) > 0 && evs[len(evs)-1].Version >= v }
 	return reached(r.leaderPermits, permitVersion) && reached(r.leaderObjects, objectVersion)
+}
+
+// pod merges what a gated client saw of one of its pods.
+func (r *recorder) pod(p PodInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gatedPods == nil {
+		r.gatedPods = map[string]*PodInfo{}
+	}
+	q := r.gatedPods[p.UID]
+	if q == nil {
+		q = &PodInfo{UID: p.UID}
+		r.gatedPods[p.UID] = q
+		r.podOrder = append(r.podOrder, p.UID)
+	}
+	if p.Name != "" {
+		q.Name, q.Lock, q.Limit, q.Shape, q.QueuedAt = p.Name, p.Lock, p.Limit, p.Shape, p.QueuedAt
+	}
+	if p.NotAdmitted != 0 && q.NotAdmitted == 0 {
+		q.NotAdmitted, q.Reason = p.NotAdmitted, p.Reason
+	}
+	if p.Gone != 0 && q.Gone == 0 {
+		q.Gone = p.Gone
+	}
+}
+
+// podInfos are the gated pods recorded, in the order first seen.
+func (r *recorder) podInfos() []PodInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PodInfo, 0, len(r.podOrder))
+	for _, uid := range r.podOrder {
+		out = append(out, *r.gatedPods[uid])
+	}
+	return out
 }
 
 func (r *recorder) outage(from, to int64) {

@@ -162,12 +162,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, c.rec.err
 	}
 	h := History{Grace: int64(cfg.Grace), Skew: int64(cfg.Skew), PodsGone: c.rec.pods, Outages: c.rec.outages, Ops: ops, Permits: c.rec.permits, SemPermits: c.rec.sem, Objects: c.rec.objects, Holds: c.rec.holds,
+		Waiters: c.rec.waiters, Pods: c.rec.podInfos(), Leases: c.rec.leases,
 		LeaderPermits: c.rec.leaderPermits, LeaderObjects: c.rec.leaderObjects}
 	if raw, err := json.MarshalIndent(h, "", " "); err == nil {
 		_ = os.WriteFile(filepath.Join(cfg.Dir, "history.json"), raw, 0o644)
 	}
 	n.counts[FaultDroppedAnswer] = int(c.droppedAnswers())
 	n.counts[FaultHeld] = int(c.heldWrites())
+	n.counts[FaultHungUp] = int(c.heldMinted())
 	return &Result{History: h, Faults: n.counts, Report: Check(h, CheckTimeout)}, nil
 }
 

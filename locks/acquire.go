@@ -229,6 +229,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 			}
 		}
 		yield := len(free) == 0 && len(takeable) == 0
+		lineRead := false
 		if !yield && len(free) == 0 {
 			// Only expired slots: those are the line's, when anyone
 			// waits. A free slot is created at once (one write, no read
@@ -236,6 +237,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 			if yield, err = l.yields(ctx, a); err != nil {
 				return Acquired{}, err
 			}
+			lineRead = true
 		}
 		if yield {
 			sortHolders(holders)
@@ -253,6 +255,17 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 				return l.settle(ctx, a, got)
 			}
 			quota = reason == ReasonQuota
+		}
+		if len(takeable) > 0 && !lineRead {
+			// Every free slot was taken first: what is left is expired
+			// slots, which are the line's as above.
+			y, err := l.yields(ctx, a)
+			if err != nil {
+				return Acquired{}, err
+			}
+			if y {
+				continue // list again, to answer held with who holds now
+			}
 		}
 		for _, slot := range takeable {
 			got, err := l.takeOver(ctx, bySlot[slot], a)

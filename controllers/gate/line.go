@@ -133,8 +133,18 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetLabels()[gatedpod.Label] == gatedpod.LabelValue
 		}))).
 		Watches(&locksv1alpha1.QueenLock{}, permitToLock, builder.WithPredicates(freed)).
-		// A waiter that leaves the line may let the pods behind it move.
-		Watches(&locksv1alpha1.QueenLockWaiter{}, waiterToLock, builder.WithPredicates(freed)).
+		// A waiter that leaves the line may let the pods behind it move,
+		// and a gated pod's new waiter, once the cache shows it, lets that
+		// pod be weighed against every waiter ahead of it.
+		Watches(&locksv1alpha1.QueenLockWaiter{}, waiterToLock, builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(e event.CreateEvent) bool {
+				w, ok := e.Object.(*locksv1alpha1.QueenLockWaiter)
+				return ok && w.Spec.Pod != nil
+			},
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
 		Complete(l)
 }
 
@@ -281,6 +291,14 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		ask, _ := gatedpod.ParseAsk(pod.Annotations)
 		if l.refusedRecently(pod, now) {
 			retry = true
+			continue
+		}
+		if ln.unseen[pod.UID] {
+			// Its place is new: wait for the cache to show it, and hold
+			// the pods after it back from the slots it waits for.
+			fullBelow = max(fullBelow, ask.Limit)
+			place++
+			waitingAt(pod, place, holders, quota)
 			continue
 		}
 		if quota || ask.Limit <= fullBelow || ln.behind(pod) {

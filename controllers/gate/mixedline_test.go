@@ -12,13 +12,17 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/internal/manager"
 	"github.com/queen-locks/queen-locks/internal/route"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/locks/waiters"
+	"github.com/queen-locks/queen-locks/permit"
+	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
 // routeCall posts one operation to a route of auth none, from any
@@ -181,4 +185,33 @@ func TestADeletedGatedPodLeavesTheLine(t *testing.T) {
 	waitersOf(t, ns, "nightly", 1)
 	remove(t, p)
 	waitersOf(t, ns, "nightly", 0)
+}
+
+// A gated pod that joins the line of a free lock just after another
+// waiter waits behind it, however fresh: the gate weighs a pod against
+// the line only once its cache shows the pod's own waiter, and then it
+// shows every waiter ahead of it. Ten rounds, each with a waiter created
+// straight before the pod, as a route call that joined a moment earlier.
+func TestAGatedPodWaitsBehindAWaiterThatJoinedJustBefore(t *testing.T) {
+	ns := entitledNamespace(t)
+	ctx := t.Context()
+	for round := range 10 {
+		lock := fmt.Sprintf("fresh-%d", round)
+		w := &locksv1alpha1.QueenLockWaiter{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: lock + "-", Labels: map[string]string{permit.LockLabel: permit.LabelValue(lock)}},
+			Spec:       locksv1alpha1.QueenLockWaiterSpec{Lock: lock, Owner: "first", Limit: 1, TTLSeconds: 300},
+		}
+		if err := env.Client.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		p := gated(t, ns, "pod-"+lock, lock)
+		told(t, p, "Waiting", "")
+		if got, _ := get(t, ns, p.Name); !gatedpod.Gated(got) {
+			t.Fatalf("round %d: the pod was let in ahead of a waiter that joined before it", round)
+		}
+		if err := env.Client.Delete(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		finish(t, admitted(t, ns, p.Name))
+	}
 }

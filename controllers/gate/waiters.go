@@ -27,6 +27,12 @@ const podWaiterTTL = 300
 type line struct {
 	all   []locksv1alpha1.QueenLockWaiter
 	byPod map[types.UID]*locksv1alpha1.QueenLockWaiter
+	// unseen are the pods whose waiters were created in this pass: the
+	// cache the line was read from has not shown them yet, so it may not
+	// show every waiter ahead of them either (a route call that joined a
+	// moment before). Such a pod waits until the cache shows its waiter,
+	// whose create wakes the lock again: then it shows every earlier one.
+	unseen map[types.UID]bool
 }
 
 // lineUp puts each waiting pod of the lock in the lock's line, in the
@@ -74,6 +80,7 @@ func (l *Line) lineUp(ctx context.Context, ns, lock string, waiting []*corev1.Po
 		}
 		all = append(all, w)
 	}
+	unseen := map[types.UID]bool{}
 	for _, pod := range lining {
 		if have[pod.UID] {
 			continue
@@ -83,9 +90,10 @@ func (l *Line) lineUp(ctx context.Context, ns, lock string, waiting []*corev1.Po
 			return line{}, err
 		}
 		all = append(all, *w)
+		unseen[pod.UID] = true
 	}
 	locks.SortLine(all)
-	ln := line{all: all, byPod: map[types.UID]*locksv1alpha1.QueenLockWaiter{}}
+	ln := line{all: all, byPod: map[types.UID]*locksv1alpha1.QueenLockWaiter{}, unseen: unseen}
 	for i := range ln.all {
 		if p := ln.all[i].Spec.Pod; p != nil {
 			ln.byPod[types.UID(p.UID)] = &ln.all[i]

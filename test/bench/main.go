@@ -299,7 +299,7 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	report := strings.Replace(b.String(), "%END_LOAD%", procfs.LoadAvg(), 1) + bn.sum.write()
 	fmt.Print(report)
 	if outPath != "" {
-		doc := "# Benchmarks\n\nReproduce with `make bench` (about half an hour; `go run ./test/bench -sections NAME,...` for some sections alone: `external` for the route as users run it, about five minutes, `bound`, `election` and `dashboard` about two, four and five). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
+		doc := "# Benchmarks\n\nReproduce with `make bench` (about half an hour; `go run ./test/bench -sections NAME,...` for some sections alone: `external` for the route as users run it, about five minutes, `bound`, `line`, `election` and `dashboard` about two, one (past the control plane's start), four and five). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
 		return os.WriteFile(outPath, []byte(doc), 0o644)
 	}
 	return nil

@@ -314,7 +314,7 @@ func TestWorkloadRoles(t *testing.T) {
 func TestChartMatchesGeneratedManifests(t *testing.T) {
 	objs := render(t)
 	config := objects(t, run(t, filepath.Join(root, "bin", "kubectl"), "kustomize", filepath.Join(root, "config", "default")))
-	for _, crdKey := range []string{"CustomResourceDefinition/queenlocks.locks.queen.dev", "CustomResourceDefinition/queenlockwaiters.locks.queen.dev"} {
+	for _, crdKey := range []string{"CustomResourceDefinition/queenlocks.locks.queen.dev", "CustomResourceDefinition/queenlockwaiters.locks.queen.dev", "CustomResourceDefinition/queenlockfences.locks.queen.dev"} {
 		if d := cmp.Diff(field(t, get(t, config, crdKey), "spec"), field(t, get(t, objs, crdKey), "spec")); d != "" {
 			t.Errorf("%s differs (-config +chart):\n%s", crdKey, d)
 		}

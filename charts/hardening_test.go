@@ -22,12 +22,12 @@ func roleRules(t *testing.T, objs map[string]*unstructured.Unstructured) map[str
 }
 
 // The manager's rights on the chart's default guarded kinds (ConfigMaps and
-// Secrets) are the fence's alone: list (metadata only, though RBAC cannot
-// say so) and get to find an acquire's bound objects, patch to raise their
-// records. Nothing may create, update, delete or watch them, and no role
-// grants anything on every resource.
+// Secrets) are the fence's alone: patch to raise a bound object's record,
+// get (metadata only, though RBAC cannot say so) to tell whether an entry
+// of a full slot is still bound. Nothing may list, create, update, delete
+// or watch them, and no role grants anything on every resource.
 func TestManagerRightsOnGuardedKindsAreTheFencesAlone(t *testing.T) {
-	fence := []any{"get", "list", "patch"}
+	fence := []any{"get", "patch"}
 	for key, rules := range roleRules(t, render(t)) {
 		for _, r := range rules {
 			m := r.(map[string]any)

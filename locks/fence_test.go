@@ -36,12 +36,9 @@ func diff(before, after map[string]float64, keys ...string) map[string]float64 {
 // TestWhatAnAcquireCostsWithBoundObjects counts, from kube-apiserver's own
 // metrics, the requests of one acquire of a free slot by the manager
 // (route, gated pods) with 0, 1 and 10 objects bound to the slot: one
-// create of the permit, one list of the lock's permits at the create's
-// version (the owner holds no other slot), one consistent metadata list
-// per guarded kind
-// (ConfigMaps and Secrets), and one patch per bound object whose record
-// is below the new holding's token. A repeat acquire (already) patches
-// nothing.
+// create of the permit, one GET of the slot's QueenLockFence (served from
+// etcd: a 404 when nothing was ever bound) and one patch per bound object.
+// A repeat acquire (already) sends the patches again, and stores nothing.
 func TestWhatAnAcquireCostsWithBoundObjects(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t, "cost")
@@ -53,7 +50,7 @@ func TestWhatAnAcquireCostsWithBoundObjects(t *testing.T) {
 	// lock has no slot above 0, so no list of the lock's permits follows.
 	l := locks.New(env.Client, nil, locks.WithGrace(env.Grace), locks.WithFence(fence), locks.WithVersions(locks.CachedVersions(env.Manager.GetCache())))
 	keys := []string{"POST queenlocks", "PUT queenlocks", "PATCH queenlocks", "DELETE queenlocks", "GET queenlocks", "LIST queenlocks",
-		"LIST configmaps", "LIST secrets", "PATCH configmaps", "GET configmaps", "PATCH secrets"}
+		"LIST configmaps", "LIST secrets", "PATCH configmaps", "GET configmaps", "PATCH secrets", "GET queenlockfences", "LIST queenlockfences"}
 	for _, k := range []int{0, 1, 10} {
 		lock := fmt.Sprintf("cost-%d", k)
 		first, err := l.Acquire(ctx, ns, lock, "setup", 600, 1)
@@ -77,8 +74,8 @@ func TestWhatAnAcquireCostsWithBoundObjects(t *testing.T) {
 			t.Fatal(a, err)
 		}
 		got := diff(before, apiRequests(t), keys...)
-		// The create and one list per guarded kind.
-		want := map[string]float64{"POST queenlocks": 1, "LIST configmaps": 1, "LIST secrets": 1}
+		// The create and one read of the slot's fence.
+		want := map[string]float64{"POST queenlocks": 1, "GET queenlockfences": 1}
 		if k > 0 {
 			want["PATCH configmaps"] = float64(k)
 		}

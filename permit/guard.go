@@ -33,8 +33,8 @@ const (
 	OverrideAnnotation = "locks.queen.dev/override"
 	// SlotLabel names, on every bound object, the lock and slot it is
 	// bound to, as SlotLabelValue: the guard webhook sets it at every
-	// guarded write, so that an acquire finds the objects to raise with a
-	// label selector instead of reading every guarded object.
+	// guarded write, so that people find a slot's objects with a label
+	// selector. Acquires find them in the slot's QueenLockFence.
 	SlotLabel = "locks.queen.dev/fence-slot"
 	// RaiseAnnotation, sent by the queen-locks manager alone as
 	// "<lock>#<slot>=<token>", raises the record of an object bound to that

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -66,8 +67,9 @@ type Guard struct {
 	// (permit.RaiseAnnotation) is admitted. Set by SetupWithManager from a
 	// SelfSubjectReview when empty.
 	Self string
-	// Fence counts the objects bound to a slot, to cap them at binding;
-	// nil counts nothing.
+	// Fence records every object a guarded write stores bound to a slot
+	// in the slot's QueenLockFence, before the write is admitted, and caps
+	// them; nil records nothing (and no acquire could raise them).
 	Fence *locks.Fence
 }
 
@@ -178,11 +180,6 @@ func (g *Guard) Mutate(ctx context.Context, req admission.Request) admission.Res
 			permit.GuardAnnotation, permit.FenceAnnotation, permit.DeletableAnnotation),
 			removeLabels(meta, permit.SlotLabel)...)...)
 	}
-	if !boundTo(old, guard) {
-		if resp, ok := g.roomToBind(ctx, req.Namespace, raw, guard); !ok {
-			return resp
-		}
-	}
 	ops := removeAnnotations(meta, permit.GuardAnnotation)
 	ops = append(ops, setAnnotation(meta, permit.FenceAnnotation, guard.String()))
 	// The label every acquire of the slot finds the object by: set at
@@ -217,7 +214,7 @@ func (g *Guard) raise(req admission.Request, meta, old metav1.ObjectMeta, raw st
 	if err != nil {
 		return guardDenied("", fmt.Sprintf("annotation %s: %v", permit.RaiseAnnotation, err))
 	}
-	ops := removeAnnotations(meta, permit.RaiseAnnotation)
+	ops := append(removeAnnotations(meta, permit.RaiseAnnotation), keepManagedFields(meta, old)...)
 	rec, bound, err := permit.ParseFence(old.Annotations[permit.FenceAnnotation])
 	if !isGuarded(old) || err != nil || !bound || rec.Lock != floor.Lock || rec.Slot != floor.Slot || floor.Token <= rec.Token {
 		return admission.Patched("nothing to raise", ops...)
@@ -227,6 +224,22 @@ func (g *Guard) raise(req admission.Request, meta, old metav1.ObjectMeta, raw st
 	return admission.Patched("raised the fence", ops...)
 }
 
+// keepManagedFields sets the written object's managedFields back to the
+// stored object's. kube-apiserver records the manager as the owner of the
+// raise annotation before the webhooks run; kept, that entry would make
+// every raise a new version, even one that raises nothing (a repeat
+// acquire), and would list the manager among the object's writers for an
+// annotation that is never stored.
+func keepManagedFields(meta, old metav1.ObjectMeta) []jsonpatch.JsonPatchOperation {
+	switch {
+	case len(old.ManagedFields) > 0:
+		return []jsonpatch.JsonPatchOperation{{Operation: "add", Path: "/metadata/managedFields", Value: old.ManagedFields}}
+	case len(meta.ManagedFields) > 0:
+		return []jsonpatch.JsonPatchOperation{{Operation: "remove", Path: "/metadata/managedFields"}}
+	}
+	return nil
+}
+
 // boundTo tells whether the stored object is already bound to guard's
 // lock and slot.
 func boundTo(old metav1.ObjectMeta, guard permit.Guard) bool {
@@ -234,23 +247,46 @@ func boundTo(old metav1.ObjectMeta, guard permit.Guard) bool {
 	return isGuarded(old) && err == nil && bound && rec.Lock == guard.Lock && rec.Slot == guard.Slot
 }
 
-// roomToBind refuses a write that would bind one more object to a slot
-// that has permit.MaxBoundPerSlot already: each acquire of the slot writes
-// every one of them before it answers. Two bindings at the same moment can
-// both pass the count.
-func (g *Guard) roomToBind(ctx context.Context, ns, raw string, guard permit.Guard) (admission.Response, bool) {
+// enroll records the object a guarded write stores as bound to its slot
+// in the slot's QueenLockFence (locks.Fence.Enroll), before the write is
+// admitted, so that every acquire of the slot finds it and raises its
+// record: the binding write itself, and every later one too (an object
+// bound before QueenLockFences existed is recorded at its next write). A
+// write past the slot's cap is refused. A dry run records nothing.
+func (g *Guard) enroll(ctx context.Context, req admission.Request, meta, old metav1.ObjectMeta, rec permit.Guard) admission.Response {
 	if g.Fence == nil {
-		return admission.Response{}, true
+		return admission.Allowed("")
 	}
-	objs, err := g.Fence.Bound(ctx, ns, guard.Lock, guard.Slot)
-	if err != nil {
-		return admission.Errored(http.StatusServiceUnavailable, err), false
+	name := meta.Name
+	if name == "" {
+		name = req.Name
 	}
-	if len(objs) >= permit.MaxBoundPerSlot {
-		return guardDenied(raw, fmt.Sprintf("lock %q slot %d already has %d objects bound to it in namespace %s, the most one slot may have (every acquire of the slot raises the fence of each before it answers): bind this object to another lock, or take one out of the fence",
-			guard.Lock, guard.Slot, len(objs), ns)), false
+	if name == "" {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("a guarded %s with no name", req.Resource.Resource))
 	}
-	return admission.Response{}, true
+	obj := locksv1alpha1.FencedObject{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource, Name: name}
+	binding := !boundTo(old, rec)
+	if req.DryRun != nil && *req.DryRun {
+		// No side effect on a dry run: whether the slot has room is what it
+		// would be told.
+		objs, err := g.Fence.Bound(ctx, req.Namespace, rec.Lock, rec.Slot)
+		if err != nil {
+			return unavailable(ctx, fmt.Sprintf("the objects bound to lock %q", rec.Lock), err)
+		}
+		if binding && len(objs) >= permit.MaxBoundPerSlot {
+			return guardDenied(rec.String(), (&locks.SlotFullError{Namespace: req.Namespace, Lock: rec.Lock, Slot: rec.Slot, Bound: len(objs)}).Error())
+		}
+		return admission.Allowed("")
+	}
+	err := g.Fence.Enroll(ctx, req.Namespace, rec.Lock, rec.Slot, obj, binding, g.Clock.Now())
+	var full *locks.SlotFullError
+	switch {
+	case errors.As(err, &full):
+		return guardDenied(rec.String(), full.Error())
+	case err != nil:
+		return unavailable(ctx, fmt.Sprintf("the objects bound to lock %q", rec.Lock), err)
+	}
+	return admission.Allowed("")
 }
 
 // bindingRefusal says why guard may not write an object whose stored
@@ -334,7 +370,12 @@ func (g *Guard) Validate(ctx context.Context, req admission.Request) admission.R
 			return guardDenied(raw, why)
 		}
 	}
-	return admission.Allowed("")
+	if req.UserInfo.Username == g.Self && boundTo(old, rec) {
+		// The manager's raise of a bound object's record: the object is in
+		// the slot's fence already (the raise found it there).
+		return admission.Allowed("")
+	}
+	return g.enroll(ctx, req, meta, old, rec)
 }
 
 // guardDenied refuses a guarded write with reason kv_precondition, naming

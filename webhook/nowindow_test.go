@@ -163,9 +163,10 @@ func TestAHeldWriteOfAReplacedHolderIsNeverStored(t *testing.T) {
 	}
 }
 
-// TestTheRaiseIsIdempotentAndOneWritePerObject: a repeat acquire of the
-// holder (already) writes nothing more, and a lock with no bound objects
-// is raised by no write at all.
+// TestTheRaiseIsIdempotentAndOneWritePerObject: a raise writes one new
+// version of each bound object whose record is below the floor and none of
+// the others, so a repeat acquire of the holder (already) stores nothing
+// more, and a lock with no bound objects is raised by no write at all.
 func TestTheRaiseIsIdempotentAndOneWritePerObject(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -184,20 +185,46 @@ func TestTheRaiseIsIdempotentAndOneWritePerObject(t *testing.T) {
 	if err != nil || len(objs) != 3 {
 		t.Fatalf("bound: %v %v, want 3", objs, err)
 	}
-	if n, err := fence.Raise(ctx, ns, "job", 0, a.Token); err != nil || n != 0 {
-		t.Fatalf("raising to the holder's own token wrote %d (%v), want none", n, err)
+	versions := func() []string {
+		var out []string
+		for i := range 3 {
+			out = append(out, stored(t, ns, fmt.Sprintf("cm-%d", i)).ResourceVersion)
+		}
+		return out
 	}
+	unchanged := func(before []string, what string) {
+		t.Helper()
+		if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("%s stored new versions: %v, then %v", what, before, after)
+		}
+	}
+	before := versions()
+	if _, err := fence.Raise(ctx, ns, "job", 0, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	unchanged(before, "raising to the holder's own token")
 	if n, err := fence.Raise(ctx, ns, "job", 0, a.Token+1000); err != nil || n != 3 {
-		t.Fatalf("raise wrote %d (%v), want 3", n, err)
+		t.Fatalf("raise took %d (%v), want 3", n, err)
 	}
-	if n, err := fence.Raise(ctx, ns, "job", 0, a.Token+10); err != nil || n != 0 {
-		t.Fatalf("a lower raise wrote %d (%v): a raise never lowers", n, err)
+	raised := versions()
+	for i := range raised {
+		if raised[i] == before[i] {
+			t.Fatalf("cm-%d was not written by the raise: %v, then %v", i, before, raised)
+		}
 	}
+	if _, err := fence.Raise(ctx, ns, "job", 0, a.Token+10); err != nil {
+		t.Fatal(err)
+	}
+	unchanged(raised, "a lower raise")
+	if _, err := fence.Raise(ctx, ns, "job", 0, a.Token+1000); err != nil {
+		t.Fatal(err)
+	}
+	unchanged(raised, "the same raise again")
 	if got := stored(t, ns, "cm-0").Annotations[permit.FenceAnnotation]; got != guardOf("job", 0, a.Token+1000) {
 		t.Fatalf("record %q", got)
 	}
 	if n, err := fence.Raise(ctx, ns, "nothing-bound", 0, a.Token); err != nil || n != 0 {
-		t.Fatalf("raise of a slot with no objects wrote %d (%v)", n, err)
+		t.Fatalf("raise of a slot with no objects took %d (%v)", n, err)
 	}
 }
 

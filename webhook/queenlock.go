@@ -37,7 +37,7 @@ const MutatePath = "/mutate-locks-queen-dev-v1alpha1-queenlock"
 // webhook: it is the CRD's own CEL rules (see api/v1alpha1), evaluated inside
 // the API server without another network round trip per write.
 //
-// +kubebuilder:webhook:path=/mutate-locks-queen-dev-v1alpha1-queenlock,mutating=true,failurePolicy=fail,sideEffects=None,groups=locks.queen.dev,resources=queenlocks,verbs=create;update,versions=v1alpha1,name=mqueenlock.locks.queen.dev,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/mutate-locks-queen-dev-v1alpha1-queenlock,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups=locks.queen.dev,resources=queenlocks,verbs=create;update,versions=v1alpha1,name=mqueenlock.locks.queen.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
 // QueenLock admits writes to permits. Clock is the server's clock: the times
 // it stamps are the only ones the lock trusts.
@@ -126,7 +126,9 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 	if err != nil {
 		return deny(err, obj.Name)
 	}
-	if stamped && !caller.Manager && h.Fence != nil {
+	// A dry run raises nothing: the webhook declares no side effects on
+	// dry runs (sideEffects=NoneOnDryRun), and a dry run wins nothing.
+	if stamped && !caller.Manager && h.Fence != nil && (req.DryRun == nil || !*req.DryRun) {
 		if resp, ok := h.raise(ctx, req, old, obj, caller); !ok {
 			return resp
 		}

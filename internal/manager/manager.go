@@ -120,7 +120,11 @@ type Options struct {
 	GuardedResources []schema.GroupVersionResource
 }
 
-// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;patch
+// The fence: every acquire reads its slot's QueenLockFence and patches the
+// bound objects' records; the guard webhook keeps the QueenLockFences and
+// reads a bound object's metadata to drop an entry whose object is gone.
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;patch
+// +kubebuilder:rbac:groups=locks.queen.dev,resources=queenlockfences,verbs=get;create;update
 
 // ParseGuardedResources reads --guarded-resources: comma-separated
 // resource[.group]/version, as configmaps/v1 or deployments.apps/v1.
@@ -142,14 +146,19 @@ func ParseGuardedResources(s string) ([]schema.GroupVersionResource, error) {
 }
 
 // NewFence is the raise of bound objects' fence records, over cfg: the
-// manager's identity, whose raises the guard webhook admits. It asks for
-// metadata only (PartialObjectMetadata), never an object's data.
+// manager's identity, whose raises the guard webhook admits. It reads the
+// slots' QueenLockFences from the API server (no cache) and asks for the
+// bound objects' metadata only (PartialObjectMetadata), never their data.
 func NewFence(cfg *rest.Config, resources []schema.GroupVersionResource) (*locks.Fence, error) {
 	meta, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the fence's metadata client: %w", err)
 	}
-	return &locks.Fence{Meta: meta, Resources: resources}, nil
+	c, err := client.New(cfg, client.Options{Scheme: Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the fence's client: %w", err)
+	}
+	return &locks.Fence{Client: c, Meta: meta, Resources: resources}, nil
 }
 
 // New checks the API server's version and builds a manager with every part

@@ -220,8 +220,11 @@ func (l *lineBench) leaveOnce(lock string, r int, hangUp bool) (lineLeave, error
 		l.pausers[r].pause()
 		defer l.pausers[r].resume()
 	}
-	if ok, err := other.Release(ctx, lock, held.Slot, held.Token, "holder"); err != nil || !ok {
-		return lineLeave{}, fmt.Errorf("the release of %s: %v %v", lock, ok, err)
+	switch ok, err := other.Release(ctx, lock, held.Slot, held.Token, "holder"); {
+	case err != nil:
+		return lineLeave{}, fmt.Errorf("the release of %s: %w", lock, err)
+	case !ok:
+		return lineLeave{}, fmt.Errorf("the release of %s answered lost", lock)
 	}
 	left, err := l.ev.leftAt(lock+"-first", time.Minute)
 	if err != nil {

@@ -40,8 +40,11 @@ const (
 	lineGoneSamples = 10
 	// lineRounds alternate the lock's and the semaphore's handoffs.
 	lineRounds = 3
-	// lineSemLimit is the semaphore's limit in the handoff rows.
-	lineSemLimit = 3
+	// lineSemLimit is the semaphore's limit in the handoff rows; each
+	// round of a row takes this many acquires.
+	lineSemLimit     = 3
+	lineLockAcquires = 40
+	lineSemAcquires  = 60
 	// lineHandoffRatio is issue 43's target: the semaphore's handoff p99
 	// at most this many times the lock's, in the same rounds.
 	lineHandoffRatio = 2.0
@@ -249,6 +252,9 @@ func (l *lineBench) leaveOnce(lock string, r int, hangUp bool) (lineLeave, error
 	return out, nil
 }
 
+// lineResources are what a line's acquires read and write.
+var lineResources = []string{"queenlocks", "queenlockwaiters", "queenlockfences"}
+
 // lineBench is the section's two replicas and its watch.
 type lineBench struct {
 	ts      []handle.Transport
@@ -318,14 +324,39 @@ func (bn *bench) line() error {
 
 	// Handoffs: the lock's and the semaphore's rounds in turn, each on a
 	// lock of its own, the waiters spread over both replicas.
+	// kube-apiserver's counts around each round, summed by row: what the
+	// acquires of a line cost, and which reads a tail may wait on.
 	var lockGaps, semGaps []time.Duration
 	var ratios []float64
+	lockCalls, semCalls := map[string]float64{}, map[string]float64{}
+	counted := func(into map[string]float64, run func() ([]time.Duration, error)) ([]time.Duration, error) {
+		before, err := scrape(ctx, bn.cs)
+		if err != nil {
+			return nil, err
+		}
+		gaps, err := run()
+		if err != nil {
+			return nil, err
+		}
+		after, err := scrape(ctx, bn.cs)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range after.minus(before).split(lineResources) {
+			into[k] += v
+		}
+		return gaps, nil
+	}
 	for round := range lineRounds {
-		lg, err := handoffs(l.ts, fmt.Sprint("line-lock-", round), 1, 8, 40, true)
+		lg, err := counted(lockCalls, func() ([]time.Duration, error) {
+			return handoffs(l.ts, fmt.Sprint("line-lock-", round), 1, 8, lineLockAcquires, true)
+		})
 		if err != nil {
 			return fmt.Errorf("the lock's handoffs: %w", err)
 		}
-		sg, err := handoffs(l.ts, fmt.Sprint("line-sem-", round), lineSemLimit, 4*lineSemLimit, 60, true)
+		sg, err := counted(semCalls, func() ([]time.Duration, error) {
+			return handoffs(l.ts, fmt.Sprint("line-sem-", round), lineSemLimit, 4*lineSemLimit, lineSemAcquires, true)
+		})
 		if err != nil {
 			return fmt.Errorf("the semaphore's handoffs: %w", err)
 		}
@@ -355,8 +386,10 @@ func (bn *bench) line() error {
 		"| row | samples | p50 | p99 |\n| --- | ---: | ---: | ---: |\n", lineRounds)
 	fmt.Fprintf(b, "| handoff gap, 1 lock, 8 waiters over 2 replicas | %d | %s | %s |\n", len(lockGaps), ms(percentile(lockGaps, 50)), ms(res.lockP99))
 	fmt.Fprintf(b, "| handoff gap, semaphore of %d, %d waiters over 2 replicas | %d | %s | %s |\n", lineSemLimit, 4*lineSemLimit, len(semGaps), ms(percentile(semGaps, 50)), ms(res.semP99))
-	fmt.Fprintf(b, "\nThe semaphore's p99 to the lock's, round by round: %s (median, least to most). The section took %s; load average at its end: %s.\n",
-		res.ratio, time.Since(t0).Round(time.Second), procfs.LoadAvg())
+	fmt.Fprintf(b, "\nThe semaphore's p99 to the lock's, round by round: %s (median, least to most). "+
+		"API calls per acquire on permits, waiters and fences (kube-apiserver's counts around each round, the waiters' renews and the releases included): the lock's %s; the semaphore's %s. "+
+		"The section took %s; load average at its end: %s.\n",
+		res.ratio, breakdown(lockCalls, lineRounds*lineLockAcquires, false), breakdown(semCalls, lineRounds*lineSemAcquires, false), time.Since(t0).Round(time.Second), procfs.LoadAvg())
 	bn.sum.line = &res
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 func (s *Server) serveLocks(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Clock.Now()
 	code, caller := s.handle(w, r, start)
-	observe(requestDuration.WithLabelValues(fmt.Sprint(code)), s.cfg.Clock.Since(start), caller.Username)
+	observe(requestDuration.WithLabelValues(strconv.Itoa(code)), s.cfg.Clock.Since(start), caller.Username)
 }
 
 // handle answers one call. Every refusal comes before any operation runs:
@@ -88,7 +89,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, start time.Time)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(routeapi.Response{Results: results})
-	s.cfg.Log.V(1).Info("lock call", "caller", caller.Username, "namespace", ns, "operations", len(results))
+	if log := s.cfg.Log.V(1); log.Enabled() {
+		log.Info("lock call", "caller", caller.Username, "namespace", ns, "operations", len(results))
+	}
 	return http.StatusOK, caller
 }
 

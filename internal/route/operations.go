@@ -56,7 +56,11 @@ func (s *Server) run(ctx context.Context, caller Caller, ns string, ops []Operat
 			case errs[i] != nil:
 				s.cfg.Log.Error(errs[i], "lock operation failed", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name)
 			}
-			s.cfg.Log.V(1).Info("lock operation", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name, "slot", results[i].Slot, "outcome", outcome)
+			// Asked first: the arguments of a line nobody logs would still
+			// be boxed, on every operation.
+			if log := s.cfg.Log.V(1); log.Enabled() {
+				log.Info("lock operation", "caller", caller.Username, "namespace", ns, "op", op.Op, "name", op.Name, "slot", results[i].Slot, "outcome", outcome)
+			}
 		}
 		// Most calls carry one operation: it runs on the request's own
 		// goroutine, whose stack has already grown to what an API call

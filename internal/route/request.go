@@ -92,6 +92,14 @@ func Decode(body []byte) (*Request, *BadRequest) {
 	if !utf8.Valid(body) {
 		return nil, bad(-1, "", "the body is not valid UTF-8")
 	}
+	if req, ok := decodeFast(body); ok {
+		return req, nil
+	}
+	return decodeCareful(body)
+}
+
+// decodeCareful reads a call the way that names what is wrong with it.
+func decodeCareful(body []byte) (*Request, *BadRequest) {
 	var whole json.RawMessage
 	if err := strictUnmarshal(body, &whole); err != nil {
 		return nil, bad(-1, "", "invalid JSON: %v", err)

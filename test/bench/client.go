@@ -210,7 +210,7 @@ func (cp *clientProc) run(c clientCommand) clientAnswer {
 		return clientAnswer{Err: fmt.Sprintf("%d clients: from 1 to %d", c.Conc, maxClients)}
 	}
 	if c.Path == pathHandoff {
-		lat, err := handoffs(cp.handles[0], c.Prefix, c.Limit, c.Waiters, c.Rounds, true)
+		lat, err := handoffs(cp.handles[:1], c.Prefix, c.Limit, c.Waiters, c.Rounds, true)
 		return answerOf(result{cycles: len(lat)}, lat, err)
 	}
 	name := func(w int) string { return fmt.Sprintf("%s-%d", c.Prefix, w) }

@@ -382,7 +382,7 @@ func (g *gatedBench) measure(ctx context.Context) (gatedGaps, error) {
 		if len(out.baseline) < gatedSamples {
 			// A lock of its own each turn: a waiter cancelled at the end of
 			// a turn may leave a permit behind.
-			d, err := handoffs(g.route, fmt.Sprint("gated-baseline-", n), 1, 8, gatedBatch, true)
+			d, err := handoffs([]handle.Transport{g.route}, fmt.Sprint("gated-baseline-", n), 1, 8, gatedBatch, true)
 			if err != nil {
 				return out, fmt.Errorf("baseline handoff: %w", err)
 			}

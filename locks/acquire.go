@@ -27,6 +27,10 @@ type acquireConfig struct {
 	// queued is set while the acquire waits in its lock's line: it may
 	// take what frees when its turn comes.
 	queued bool
+	// from is the lowest slot a queued try may take: the slots below are
+	// those of waiters ahead of it with a smaller limit, which it passes
+	// for the slots above only (see turn).
+	from int
 }
 
 // HolderPod records the holder's pod on the permit, so that the permit is
@@ -208,6 +212,15 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 			slot := (first + i) % a.limit
 			p, taken := bySlot[slot]
 			switch {
+			case a.queued && slot < a.from:
+				// A waiter ahead of it waits for this one (see turn).
+				if taken && !permit.Expired(p, now) {
+					h, err := holderOf(p)
+					if err != nil {
+						return Acquired{}, err
+					}
+					holders = append(holders, h)
+				}
 			case !taken:
 				free = append(free, slot)
 			case !permit.Expired(p, now):

@@ -162,7 +162,10 @@ func (l *Client) turn(f Follow, p *place, a *acquire) (bool, time.Time) {
 		}
 		switch {
 		case pm.Spec.Lock != a.lock:
-		case AnswersAlready(&pm, a.owner, a.limit):
+		case AnswersAlready(&pm, a.owner, a.limit) && pm.DeletionTimestamp.IsZero() && !permit.Expired(&pm, now):
+			// Its own live permit: the try answers already. One that
+			// expired is a slot like any other: taking it over is the
+			// line's turn, not this owner's.
 			return true, time.Time{}
 		case pm.Spec.Slot < 0 || int(pm.Spec.Slot) >= limit:
 		case !pm.DeletionTimestamp.IsZero():
@@ -189,18 +192,23 @@ func (l *Client) turn(f Follow, p *place, a *acquire) (bool, time.Time) {
 	if free == 0 {
 		return false, next
 	}
-	ahead := 0
+	ahead, from := 0, 0
 	for i := range ws {
 		w := &ws[i]
 		if w.Spec.Lock != a.lock || w.Name == p.name || w.DeletionTimestamp != nil || served[w.Spec.Owner] {
 			continue
 		}
-		// A waiter that cannot use the lowest free slot (its limit is
-		// lower) is passed: the larger limit rules.
-		if k := LineKey(w); k < me && int(w.Spec.Limit) > lowest {
-			ahead++
+		if k := LineKey(w); k < me {
+			// A waiter that cannot use the lowest free slot (its limit is
+			// lower) is passed: the larger limit rules. Its slots stay
+			// its own: the try takes none below its limit (from).
+			if int(w.Spec.Limit) > lowest {
+				ahead++
+			}
+			from = max(from, int(w.Spec.Limit))
 		}
 	}
+	a.from = from
 	return ahead == 0, next
 }
 

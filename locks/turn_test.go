@@ -74,3 +74,31 @@ func TestTurn(t *testing.T) {
 		})
 	}
 }
+
+// A waiter's own permit answers already only while it is live: one that
+// expired is a slot of the line like any other. A waiter that passes one
+// with a smaller limit takes no slot below that limit.
+func TestTurnLeavesTheSlotsOfThoseAhead(t *testing.T) {
+	now := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	l := New(nil, clocktesting.NewFakePassiveClock(now), WithGrace(time.Second))
+	live, gone := now.Add(time.Minute), now.Add(-2*time.Second)
+	me := waiterAt("me", "me", 11, 3)
+	p := &place{name: "me", pos: 11}
+
+	a := &acquire{lock: "l", owner: "me", limit: 3}
+	f := fixedFollow{permits: []locksv1alpha1.QueenLock{heldAt(0, "me", gone), heldAt(1, "b", live), heldAt(2, "c", live)},
+		line: []locksv1alpha1.QueenLockWaiter{waiterAt("first", "first", 10, 3), me}}
+	if got, _ := l.turn(f, p, a); got {
+		t.Fatal("its own expired permit let it pass an earlier waiter")
+	}
+
+	a = &acquire{lock: "l", owner: "me", limit: 3}
+	f = fixedFollow{permits: []locksv1alpha1.QueenLock{heldAt(0, "a", live), heldAt(2, "c", live)},
+		line: []locksv1alpha1.QueenLockWaiter{waiterAt("first", "first", 10, 1), me}}
+	// Slot 1 is free: the earlier waiter of limit 1 waits for slot 0, so
+	// this one may try, for slot 1 and up only (slot 0 may have expired
+	// by the time the try reads it).
+	if got, _ := l.turn(f, p, a); !got || a.from != 1 {
+		t.Fatalf("turn = %v, from = %d: want a try from slot 1", got, a.from)
+	}
+}

@@ -21,21 +21,25 @@ import (
 // its watch (a permit of its owner) or its next try, and its acquire
 // answers it (see already).
 
-// HeadFor is the waiter at the head of lock's line that can use slot: the
-// first, in the line's order, whose limit reaches the slot and whose owner
-// holds no live permit of the lock (ps) but the one being handed on
-// (except, by name). Nil when none can use it.
-func HeadFor(ws []locksv1alpha1.QueenLockWaiter, ps []locksv1alpha1.QueenLock, lock string, slot int, except string, now time.Time) *locksv1alpha1.QueenLockWaiter {
+// HeadFor is the waiter at the head of the line that can use the slot of
+// permit old, whose holding ends: the first, in the line's order, whose
+// limit reaches the slot and whose owner holds no live permit of the lock
+// (ps) but old. The waiter old was handed to is passed over: it had the
+// slot and let its lifetime run out (its carrier is gone, or left). Nil
+// when none can use it.
+func HeadFor(ws []locksv1alpha1.QueenLockWaiter, ps []locksv1alpha1.QueenLock, old *locksv1alpha1.QueenLock, now time.Time) *locksv1alpha1.QueenLockWaiter {
+	lock, slot := old.Spec.Lock, int(old.Spec.Slot)
 	served := map[string]bool{}
 	for i := range ps {
 		p := &ps[i]
-		if p.Spec.Lock == lock && p.Name != except && p.DeletionTimestamp.IsZero() && !permit.Expired(p, now) {
+		if p.Spec.Lock == lock && p.Name != old.Name && p.DeletionTimestamp.IsZero() && !permit.Expired(p, now) {
 			served[p.Spec.Owner] = true
 		}
 	}
 	line := make([]locksv1alpha1.QueenLockWaiter, 0, len(ws))
 	for _, w := range ws {
-		if w.Spec.Lock == lock && w.DeletionTimestamp.IsZero() && int(w.Spec.Limit) > slot && !served[w.Spec.Owner] {
+		if w.Spec.Lock == lock && w.DeletionTimestamp.IsZero() && int(w.Spec.Limit) > slot && !served[w.Spec.Owner] &&
+			(old.Spec.Waiter == "" || w.Name != old.Spec.Waiter) {
 			line = append(line, w)
 		}
 	}
@@ -98,7 +102,7 @@ func (l *Client) HandOver(ctx context.Context, old *locksv1alpha1.QueenLock) (*l
 	if err != nil {
 		return nil, err
 	}
-	if HeadFor(ws, nil, lock, slot, old.Name, l.clock.Now()) == nil {
+	if HeadFor(ws, nil, old, l.clock.Now()) == nil {
 		return nil, nil // nobody waits for this slot: no read of the permits
 	}
 	bySlot, err := l.list(ctx, ns, lock)
@@ -109,7 +113,7 @@ func (l *Client) HandOver(ctx context.Context, old *locksv1alpha1.QueenLock) (*l
 	for _, p := range bySlot {
 		ps = append(ps, *p)
 	}
-	head := HeadFor(ws, ps, lock, slot, old.Name, l.clock.Now())
+	head := HeadFor(ws, ps, old, l.clock.Now())
 	if head == nil {
 		return nil, nil
 	}

@@ -30,7 +30,7 @@ func (h *QueenLock) judgeHandover(ctx context.Context, req admission.Request, ol
 	if err := h.Reader.List(ctx, &ps, client.InNamespace(req.Namespace), sel); err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading the permits of lock %q to judge a handover: %w", obj.Spec.Lock, err)), false
 	}
-	head := locks.HeadFor(ws.Items, ps.Items, obj.Spec.Lock, int(obj.Spec.Slot), old.Name, h.Clock.Now())
+	head := locks.HeadFor(ws.Items, ps.Items, old, h.Clock.Now())
 	if err := permit.JudgeHandover(obj, head); err != nil {
 		return deny(err, obj.Name), false
 	}

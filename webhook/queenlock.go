@@ -122,11 +122,12 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 			return deny(&permit.Refusal{Errs: errs}, obj.Name)
 		}
 	}
+	handover := !caller.Manager && permit.IsHandover(old, obj, false) // as sent: Stamp sets acquireTime
 	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, caller)
 	if err != nil {
 		return deny(err, obj.Name)
 	}
-	if stamped && !caller.Manager && permit.IsHandover(old, obj, false) {
+	if stamped && handover {
 		// The manager makes its handovers only to the head of the line;
 		// anybody else's is judged against the line as the API server
 		// has it, before its fence is raised.

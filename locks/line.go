@@ -81,6 +81,14 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (got A
 	defer expiry.Stop()
 	last := false
 	for {
+		if pm := handedIn(f, p, a, l.clock.Now()); pm != nil {
+			// Handed this waiter's slot: claimed from the version the
+			// watch shows, with no create that could only lose.
+			got, err := l.claim(ctx, a, pm)
+			if err != nil || !lostTry(got) {
+				return got, err
+			}
+		}
 		turn, next := l.turn(f, p, a)
 		if turn {
 			got, err := l.try(ctx, a)
@@ -305,4 +313,19 @@ func (l *Client) giveBackHanded(f Follow, p *place, a *acquire) {
 		_, _ = l.GiveBack(ctx, a.ns, a.lock, int(pm.Spec.Slot), tok)
 		cancel()
 	}
+}
+
+// handedIn is the permit that f shows handed to the waiter at p, live, if
+// any.
+func handedIn(f Follow, p *place, a *acquire, now time.Time) *locksv1alpha1.QueenLock {
+	p.mu.Lock()
+	name := p.name
+	p.mu.Unlock()
+	for _, pm := range f.Permits() {
+		if pm.Spec.Lock == a.lock && pm.Spec.Owner == a.owner && pm.Spec.Waiter == name && handed(&pm) &&
+			pm.DeletionTimestamp.IsZero() && !permit.Expired(&pm, now) {
+			return &pm
+		}
+	}
+	return nil
 }

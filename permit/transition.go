@@ -133,7 +133,11 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	if errs := ValidateSpec(obj); len(errs) > 0 {
 		return false, invalid(errs)
 	}
-	if !caller.Manager {
+	// A handover names the waiter it hands the permit to: its owner is
+	// that waiter's, a gated pod's included, judged against the line
+	// (JudgeHandover), not against the writer.
+	handover := IsHandover(old, obj, caller.Manager)
+	if !caller.Manager && !handover {
 		// Any write that leaves such an owner on the permit: a create, a
 		// takeover, and a renew, which would change a gated pod's token.
 		if err := ValidateOwnerOf(obj.Spec.Owner); err != nil {
@@ -148,10 +152,6 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	// refused below.
 	takeover := old != nil && (obj.Spec.AcquireTime == nil ||
 		(caller.Manager && !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime)))
-	// A handover names the waiter it hands the permit to, and its holder
-	// pod is the waiter's: it is judged against the line, not against
-	// the writer (JudgeHandover).
-	handover := IsHandover(old, obj, caller.Manager)
 	acquiring := old == nil || takeover
 	switch {
 	case handover:

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 )
@@ -612,12 +614,7 @@ func printLine(w func(string, int), dur func(string, int64), f LineFigures) {
 	w("leases begun while waiters stood in the line (order checks)", f.Leases)
 	w("  of them taken by a waiter in the line", f.FromLine)
 	w("waiters passed", f.Passes)
-	rules := make([]string, 0, len(f.Excused))
-	for k := range f.Excused {
-		rules = append(rules, k)
-	}
-	sort.Strings(rules)
-	for _, k := range rules {
+	for _, k := range slices.Sorted(maps.Keys(f.Excused)) {
 		w("  excused: "+k, f.Excused[k])
 	}
 	w("  not excused (violations)", f.Unexcused)

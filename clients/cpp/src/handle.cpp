@@ -27,7 +27,9 @@ constexpr Millis kReleaseRetry{10000};
 // is lost before it could be renewed.
 constexpr int kAlreadyTries = 3;
 
-Millis left_until(Clock::time_point t) { return std::chrono::duration_cast<Millis>(t - Clock::now()); }
+// Rounded up: a wait with 0.7 ms left is not over (truncated, it would
+// read 0 and the handle would give up before its deadline).
+Millis left_until(Clock::time_point t) { return std::chrono::ceil<Millis>(t - Clock::now()); }
 
 // A pause of about poll, never past left: jitter spreads waiters out, so
 // they do not all ask at once.

@@ -27,7 +27,7 @@ const (
 
 // boundResources are what an acquire with bound objects touches: the
 // permits, and the guarded kinds the raise lists and patches.
-var boundResources = []string{"queenlocks", "configmaps", "secrets"}
+var boundResources = []string{"queenlocks", "queenlockfences", "configmaps", "secrets"}
 
 func boundLock(k, i int) string { return fmt.Sprintf("bound%d-%d", k, i) }
 
@@ -91,7 +91,7 @@ func (bn *bench) bound() error {
 	b := &bn.b
 	fmt.Fprintf(b, "\n## Acquires of a slot with bound objects\n\n"+
 		"An acquire that wins a slot raises the fence record of each object bound to that slot before it answers: "+
-		"one metadata list per guarded kind (ConfigMaps and Secrets here), then one patch per bound object whose record is below the new token. "+
+		"one GET of the slot's QueenLockFence (served from etcd; a 404 when nothing was ever bound), then one patch per bound object. "+
 		"%d locks per row, each with its own bound ConfigMaps (bound by a holder's guarded create, then released), acquired through the route (no auth) one after another. "+
 		"API calls are kube-apiserver's counts around %d acquires of free slots, divided by %d (releases outside the window). "+
 		"Latency is each acquire's, from the client, over %d rounds that take the rows in turn, each acquire followed by its release; "+

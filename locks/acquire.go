@@ -207,38 +207,35 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 		}
 		var holders []Holder
 		var free, takeable []int
+		hold := func(p *locksv1alpha1.QueenLock) error {
+			h, err := holderOf(p)
+			holders = append(holders, h)
+			return err
+		}
 		for i := range a.limit {
 			// Start at the preferred slot, so that owners spread out.
 			slot := (first + i) % a.limit
 			p, taken := bySlot[slot]
+			var err error
 			switch {
 			case a.queued && slot < a.from:
 				// A waiter ahead of it waits for this one (see turn).
 				if taken && !permit.Expired(p, now) {
-					h, err := holderOf(p)
-					if err != nil {
-						return Acquired{}, err
-					}
-					holders = append(holders, h)
+					err = hold(p)
 				}
 			case !taken:
 				free = append(free, slot)
 			case !permit.Expired(p, now):
 				// The larger limit rules: a caller with a smaller limit
 				// shares the low slots and does not see the others.
-				h, err := holderOf(p)
-				if err != nil {
-					return Acquired{}, err
-				}
-				holders = append(holders, h)
+				err = hold(p)
 			case l.takeable(p, now):
 				takeable = append(takeable, slot)
 			default:
-				h, err := holderOf(p)
-				if err != nil {
-					return Acquired{}, err
-				}
-				holders = append(holders, h)
+				err = hold(p)
+			}
+			if err != nil {
+				return Acquired{}, err
 			}
 		}
 		yield := len(free) == 0 && len(takeable) == 0

@@ -51,6 +51,7 @@ func (r *Deletion) SetupWithManager(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		For(&locksv1alpha1.QueenLock{}, builder.WithPredicates(terminating)).
 		Named("queenlock-deletion").
+		WithLogConstructor(reconcileLogs(mgr.GetLogger(), "queenlock-deletion", locksv1alpha1.GroupVersion.Group, "QueenLock")).
 		WithOptions(controller.Options{
 			NeedLeaderElection: ptr.To(false),
 			// While the removal fails (kube-apiserver restarting, a webhook

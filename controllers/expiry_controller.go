@@ -67,6 +67,7 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 		// while this replica leads, as the controller runs.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &locksv1alpha1.QueenLock{}, r.ends.handler())).
 		Named("queenlock-expiry").
+		WithLogConstructor(reconcileLogs(mgr.GetLogger(), "queenlock-expiry", locksv1alpha1.GroupVersion.Group, "QueenLock")).
 		// Permits often fall due together (a batch of jobs started at
 		// once, a leader that was away): one delete at a time made the
 		// 200th of such a batch wait for 199 round trips.

@@ -44,3 +44,6 @@ func (t *Pods) Reading(ns, name, uid string) bool {
 	f := t.pods[podKey{ns, name, uid}]
 	return f != nil && f.checking
 }
+
+// ReconcileLogs is the LogConstructor the controllers give controller-runtime.
+var ReconcileLogs = reconcileLogs

@@ -2,7 +2,7 @@
 // themselves: Acquire, Release, Run with a wait, a background renew every
 // third of the lifetime, and a signal when the lock is lost.
 //
-//	// The pod's projected token of audience queen-locks, re-read at every call.
+//	// The pod's projected token of audience queen-locks, read again when it changes.
 //	c := handle.New(handle.HTTP(url, handle.HTTPOptions{CAFile: "/etc/queen-locks/ca.crt"}))
 //	lock := c.Lock("daily-report", 30*time.Second)
 //	acquired, err := lock.Run(ctx, func(ctx context.Context) error {

@@ -33,10 +33,12 @@ const ProjectedTokenFile = "/var/run/secrets/queen-locks/token"
 type HTTPOptions struct {
 	// Namespace to send in each call; empty lets the route take the token's.
 	Namespace string
-	// Token is a bearer token. TokenFile, when set, is read at every call
-	// instead, since projected ServiceAccount tokens are rotated on disk.
-	// With neither, the transport reads the file $QUEEN_LOCKS_TOKEN_FILE
-	// names, else ProjectedTokenFile when it exists, else sends no token.
+	// Token is a bearer token. TokenFile, when set, is read instead, and
+	// read again when it changes (see TokenReread), since projected
+	// ServiceAccount tokens are rotated on disk. With neither, the
+	// transport reads the file $QUEEN_LOCKS_TOKEN_FILE names, else
+	// ProjectedTokenFile when it exists (a missing one is looked for again
+	// after TokenReread), else sends no token.
 	Token     string
 	TokenFile string
 	// CAFile is a PEM bundle of the CAs that sign the route's certificate,
@@ -82,18 +84,33 @@ func (e *CallError) Error() string { return fmt.Sprintf("route answered %d: %s",
 // http://queen-locks.queen-locks.svc:6632/api/v1/locks. A CAFile that cannot
 // be read or holds no certificate fails each call, naming the file.
 func HTTP(url string, o HTTPOptions) Transport {
+	return newHTTP(url, o, ProjectedTokenFile, time.Now)
+}
+
+// TokenReread bounds how long a token file's content is sent without
+// reading the file again. A token file is read again as soon as another
+// file stands at its path (the kubelet rotates a projected token so, by
+// swapping a symlink) or its size or modification time changed, which a
+// stat of it at every call tells; and in any case once TokenReread has
+// passed since it was read. A missing default token file is looked for
+// again only after TokenReread: an open that failed at every call cost a
+// handle an eighth of its CPU.
+const TokenReread = time.Second
+
+// newHTTP is HTTP with the default token file and the clock given.
+func newHTTP(url string, o HTTPOptions, projected string, now func() time.Time) Transport {
 	if o.Client == nil {
 		// Long enough for an acquire that waits the longest the route
 		// allows (60 s) and is then carried out; every call also has its
 		// caller's context.
 		o.Client = &http.Client{Timeout: 90 * time.Second, Transport: defaultHTTPTransport}
 	}
-	t := &httpTransport{url: url, o: o, client: o.Client}
+	t := &httpTransport{url: url, o: o, client: o.Client, now: now}
 	if o.Token == "" && o.TokenFile == "" {
 		if f := os.Getenv(TokenFileEnv); f != "" {
 			t.o.TokenFile = f
 		} else {
-			t.o.TokenFile, t.tokenOptional = ProjectedTokenFile, true
+			t.o.TokenFile, t.tokenOptional = projected, true
 		}
 	}
 	return t
@@ -104,6 +121,10 @@ type httpTransport struct {
 	o   HTTPOptions
 	// tokenOptional: the token file is the default one, sent when present.
 	tokenOptional bool
+	now           func() time.Time
+	// read is the token file's content and when it was read ("" for a
+	// missing default file); nil when the file is to be read again.
+	read atomic.Pointer[tokenRead]
 
 	noWait atomic.Bool // the route refused waitSeconds: poll instead
 	// answeredNS is the namespace the route's last guard named, for a
@@ -171,19 +192,53 @@ func (h *httpTransport) httpClient() (*http.Client, error) {
 	return h.client, nil
 }
 
-// token is the bearer token to send now, "" for none.
+type tokenRead struct {
+	token string
+	file  os.FileInfo // nil: the default file was missing
+	at    time.Time
+}
+
+// token is the bearer token to send now, "" for none: the token file's
+// content as last read while the file is the same one, of the same size
+// and modification time, and TokenReread has not passed. A file that
+// cannot be read fails each call and is not remembered, but for a missing
+// default file, which means no token.
 func (h *httpTransport) token() (string, error) {
 	if h.o.TokenFile == "" {
 		return h.o.Token, nil
 	}
-	b, err := os.ReadFile(h.o.TokenFile)
-	if err != nil {
-		if h.tokenOptional && errors.Is(err, fs.ErrNotExist) {
-			return "", nil
+	now := h.now()
+	last := h.read.Load()
+	if last != nil {
+		if age := now.Sub(last.at); age < 0 || age >= TokenReread {
+			last = nil
 		}
+	}
+	if last != nil && last.file == nil {
+		return "", nil
+	}
+	fi, err := os.Stat(h.o.TokenFile)
+	if err == nil && last != nil && os.SameFile(fi, last.file) &&
+		fi.Size() == last.file.Size() && fi.ModTime().Equal(last.file.ModTime()) {
+		return last.token, nil
+	}
+	var b []byte
+	if err == nil {
+		b, err = os.ReadFile(h.o.TokenFile)
+	}
+	switch {
+	case err == nil:
+	case h.tokenOptional && errors.Is(err, fs.ErrNotExist):
+		h.read.Store(&tokenRead{at: now})
+		return "", nil
+	default:
 		return "", fmt.Errorf("reading the token: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	// fi is of the file before the read: a change between the stat and
+	// the read makes the next call read again.
+	token := strings.TrimSpace(string(b))
+	h.read.Store(&tokenRead{token: token, file: fi, at: now})
+	return token, nil
 }
 
 // call sends one operation and answers its result.
@@ -226,6 +281,11 @@ func (h *httpTransport) call(ctx context.Context, op map[string]any) (routeapi.R
 		return routeapi.Result{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode == http.StatusUnauthorized {
+			// The token sent may be one the file has replaced since:
+			// the next call reads the file again.
+			h.read.Store(nil)
+		}
 		var e routeapi.ErrorResponse
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == 0 {
 			e.Error = routeapi.Error{Code: resp.StatusCode, Message: strings.TrimSpace(string(data))}

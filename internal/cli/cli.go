@@ -55,7 +55,7 @@ Usage:
 Where the locks are, in this order:
   --server URL, or QUEEN_LOCKS_URL   the route, e.g. https://queen-locks.queen-locks.svc:6632
     --token-file FILE, or QUEEN_LOCKS_TOKEN_FILE
-                                     its bearer token, re-read at every call (default
+                                     its bearer token, read again when it changes (default
                                      /var/run/secrets/queen-locks/token when it exists)
     --ca-file FILE, or QUEEN_LOCKS_CA_FILE
                                      PEM CAs that sign the route's certificate (https)
@@ -139,7 +139,7 @@ func (c *common) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig, to talk to the Kubernetes API directly")
 	fs.StringVar(&c.namespace, "namespace", "", "namespace of the locks")
 	fs.StringVar(&c.namespace, "n", "", "namespace of the locks (shorthand)")
-	fs.StringVar(&c.tokenFile, "token-file", "", "bearer token for the route, re-read at every call (default $"+handle.TokenFileEnv+", else "+handle.ProjectedTokenFile+" when it exists)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "bearer token for the route, read again when it changes (default $"+handle.TokenFileEnv+", else "+handle.ProjectedTokenFile+" when it exists)")
 	fs.StringVar(&c.caFile, "ca-file", "", "PEM CAs that sign the route's certificate (default $"+caFileEnv+")")
 }
 

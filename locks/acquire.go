@@ -114,7 +114,7 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 		}
 		now := l.clock.Now()
 		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
-			return l.already(mine)
+			return l.alreadyFor(ctx, a, mine)
 		}
 		p := bySlot[0]
 		if p == nil {
@@ -147,6 +147,16 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 		}
 	}
 	return Acquired{Reason: ReasonContended}, nil
+}
+
+// alreadyFor answers a's owner's live permit p: one handed to it from
+// the line is claimed (see claim), any other it held before this acquire,
+// and nothing is written.
+func (l *Client) alreadyFor(ctx context.Context, a *acquire, p *locksv1alpha1.QueenLock) (Acquired, error) {
+	if handed(p) {
+		return l.claim(ctx, a, p)
+	}
+	return l.already(p)
 }
 
 // already answers the owner's live permit p, which it held before this
@@ -203,7 +213,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 		}
 		now := l.clock.Now()
 		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
-			return l.already(mine)
+			return l.alreadyFor(ctx, a, mine)
 		}
 		var holders []Holder
 		var free, takeable []int
@@ -438,6 +448,7 @@ func (l *Client) takeOver(ctx context.Context, old *locksv1alpha1.QueenLock, a *
 	p.Spec.TTLSeconds = a.ttl
 	p.Spec.Limit = int32(max(a.limit, int(p.Spec.Slot)+1))
 	p.Spec.HolderPod = a.pod
+	p.Spec.Waiter = ""
 	p.Spec.AcquireTime = nil
 	if l.stamps {
 		if err := l.stampOver(old, p); err != nil {

@@ -37,10 +37,13 @@ import (
 // Exceptions to the line's order, each one of docs/line.md's "What can
 // reorder it, and by how much".
 const (
-	// RuleGap: a plain acquire's create of a slot that a release (an
-	// expiry, a holder pod's end) left free lands before the first
-	// waiter's. docs/line.md, "The gap after a release". Drop it from
-	// lineRules once a freed permit is handed to the first waiter in place.
+	// RuleGap: a plain acquire's create of a slot left free lands before
+	// the first waiter's. The manager hands a slot someone waits for over
+	// in place, so what is left is a delete the manager did not make (a
+	// release straight over the Kubernetes API, a revoker's kubectl
+	// delete) and a waiter the manager's cache had not shown when the slot
+	// freed. docs/line.md, "A release over the Kubernetes API, and a manual
+	// delete" and "A cache behind".
 	RuleGap = "the gap after a release"
 	// RuleJoinedDuring: the passed waiter joined the line after the plain
 	// acquire that passed it was sent: it was not "already waiting" (an

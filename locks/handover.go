@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,17 +65,28 @@ func (l *Client) mayHandOver(ns, lock string, slot int) bool {
 	if h, ok := l.versions.(lineHints); ok {
 		return h.MayWaitFor(ns, lock, slot)
 	}
-	return false
+	return l.c != nil && waitsFor(l.c, ns, lock, slot, metav1.ListOptions{ResourceVersion: "0"}, 2*time.Second)
 }
 
-// MayWaitFor tells whether the cache shows a waiter of lock whose limit
-// reaches slot.
-func (c cachedVersions) MayWaitFor(ns, lock string, slot int) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+// waitsFor tells whether r lists a waiter of lock whose limit reaches
+// slot. A Client with no cache of the line (a handle's or the CLI's
+// straight over the Kubernetes API) asks kube-apiserver's watch cache
+// (resourceVersion "0": answered at once, not waiting for the cache to be
+// confirmed current), so that its release hands the slot over as the
+// manager's does, rather than leaving it free for a plain acquire to take
+// ahead of the line. Like the manager's cache, it may miss a waiter that
+// joined as the slot freed; that waiter finds the slot free. A caller
+// without the right to list waiters releases as before: by a delete.
+func waitsFor(r client.Reader, ns, lock string, slot int, raw metav1.ListOptions, within time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	var list locksv1alpha1.QueenLockWaiterList
-	if err := c.r.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}); err != nil {
-		return false // no cache of the line: release as before the handover
+	opts := []client.ListOption{client.InNamespace(ns), client.MatchingLabels{permit.LockLabel: permit.LabelValue(lock)}}
+	if raw.ResourceVersion != "" {
+		opts = append(opts, &client.ListOptions{Raw: &raw})
+	}
+	if err := r.List(ctx, &list, opts...); err != nil {
+		return false // no line to read: release as before the handover
 	}
 	for i := range list.Items {
 		if w := &list.Items[i]; w.Spec.Lock == lock && int(w.Spec.Limit) > slot && w.DeletionTimestamp.IsZero() {
@@ -82,6 +94,14 @@ func (c cachedVersions) MayWaitFor(ns, lock string, slot int) bool {
 		}
 	}
 	return false
+}
+
+// MayWaitFor tells whether the cache shows a waiter of lock whose limit
+// reaches slot.
+func (c cachedVersions) MayWaitFor(ns, lock string, slot int) bool {
+	// A cache that is not synced yet would block the release: 100 ms,
+	// then release as before the handover.
+	return waitsFor(c.r, ns, lock, slot, metav1.ListOptions{}, 100*time.Millisecond)
 }
 
 // HandOver gives permit old (the version whose holding ends) to the head
@@ -95,6 +115,14 @@ func (c cachedVersions) MayWaitFor(ns, lock string, slot int) bool {
 // NotFound says old is no longer the current version.
 func (l *Client) HandOver(ctx context.Context, old *locksv1alpha1.QueenLock) (*locksv1alpha1.QueenLock, error) {
 	ns, lock, slot := old.Namespace, old.Spec.Lock, int(old.Spec.Slot)
+	// Two slots of a semaphore that free at once would each find the same
+	// head, which the other's handover has not reached yet, and hand it
+	// both: one at a time, each reads the permits after the last landed
+	// and passes over a waiter whose owner now holds one. Handovers from
+	// another replica can still cross this one; the waiter's carrier
+	// gives back all but one (giveBackOthers).
+	unlock := l.handing.lock(ns + "/" + lock)
+	defer unlock()
 	ws, err := l.Line(ctx, ns, lock)
 	if noLine(err) {
 		return nil, nil
@@ -192,4 +220,38 @@ func (l *Client) claim(ctx context.Context, a *acquire, p *locksv1alpha1.QueenLo
 		return Acquired{Reason: ReasonContended}, nil
 	}
 	return Acquired{Acquired: true, Permit: r.Permit, Floor: h.Token}, nil
+}
+
+// keyedMutex is a mutex per key, dropped once nobody holds or waits for it.
+type keyedMutex struct {
+	mu   sync.Mutex
+	keys map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	sync.Mutex
+	refs int
+}
+
+func newKeyedMutex() *keyedMutex { return &keyedMutex{keys: map[string]*keyedEntry{}} }
+
+// lock locks key and answers its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	e := k.keys[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.keys[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.Lock()
+	return func() {
+		e.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.keys, key)
+		}
+		k.mu.Unlock()
+	}
 }

@@ -53,7 +53,7 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (got A
 		if p != nil {
 			p.leave()
 			if !got.Acquired && !a.keep {
-				l.giveBackHanded(f, p, a)
+				l.giveBackOthers(f, p, a, -1)
 			}
 		}
 	}()
@@ -85,6 +85,9 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (got A
 			// Handed this waiter's slot: claimed from the version the
 			// watch shows, with no create that could only lose.
 			got, err := l.claim(ctx, a, pm)
+			if err == nil && got.Acquired {
+				l.giveBackOthers(f, p, a, int(pm.Spec.Slot))
+			}
 			if err != nil || !lostTry(got) {
 				return got, err
 			}
@@ -299,18 +302,21 @@ func noLine(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
 }
 
-// giveBackHanded gives on a permit handed to the waiter at p after its
-// acquire stopped waiting without it (its caller went away, or an error):
-// the version its watch shows, that alone (GiveBack), so that it goes to
-// the next in line. A handover its watch has not shown yet is not seen
-// here: that permit lives the waiter's own ttlSeconds (permit.HandedTTL),
-// and its expiry hands it on.
-func (l *Client) giveBackHanded(f Follow, p *place, a *acquire) {
+// giveBackOthers gives on every permit but the one of slot keep (-1: all)
+// that f shows handed to the waiter at p, each at the version the watch
+// shows, that alone (GiveBack), so that it goes to the next in line at
+// once rather than idling until its short lifetime (permit.HandedTTL)
+// runs out. All of them, when the acquire stopped waiting without the
+// permit (its caller went away, or an error); all but the one it claimed,
+// when handovers of several slots of a semaphore that freed at once (from
+// different replicas) each picked this waiter: an owner holds one. A
+// handover the watch has not shown yet still runs out that lifetime.
+func (l *Client) giveBackOthers(f Follow, p *place, a *acquire, keep int) {
 	p.mu.Lock()
 	name := p.name
 	p.mu.Unlock()
 	for _, pm := range f.Permits() {
-		if pm.Spec.Lock != a.lock || pm.Spec.Owner != a.owner || pm.Spec.Waiter != name || !handed(&pm) {
+		if int(pm.Spec.Slot) == keep || pm.Spec.Lock != a.lock || pm.Spec.Owner != a.owner || pm.Spec.Waiter != name || !handed(&pm) {
 			continue
 		}
 		tok, err := permit.Token(pm.ResourceVersion)
@@ -324,16 +330,21 @@ func (l *Client) giveBackHanded(f Follow, p *place, a *acquire) {
 }
 
 // handedIn is the permit that f shows handed to the waiter at p, live, if
-// any.
+// any; of several (see giveBackOthers), the earliest by resourceVersion,
+// which settle would keep too.
 func handedIn(f Follow, p *place, a *acquire, now time.Time) *locksv1alpha1.QueenLock {
 	p.mu.Lock()
 	name := p.name
 	p.mu.Unlock()
+	var mine []*locksv1alpha1.QueenLock
 	for _, pm := range f.Permits() {
 		if pm.Spec.Lock == a.lock && pm.Spec.Owner == a.owner && pm.Spec.Waiter == name && handed(&pm) &&
 			pm.DeletionTimestamp.IsZero() && !permit.Expired(&pm, now) {
-			return &pm
+			mine = append(mine, pm.DeepCopy())
 		}
 	}
-	return nil
+	if len(mine) == 0 {
+		return nil
+	}
+	return earliest(mine)
 }

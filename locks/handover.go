@@ -26,8 +26,10 @@ import (
 // permit old, whose holding ends: the first, in the line's order, whose
 // limit reaches the slot and whose owner holds no live permit of the lock
 // (ps) but old. The waiter old was handed to is passed over: it had the
-// slot and let its lifetime run out (its carrier is gone, or left). Nil
-// when none can use it.
+// slot and let its lifetime run out (its carrier is gone, or left), and so
+// is any waiter of old's own owner: a holding given back (a gated pod the
+// gate could not let in) goes on to the next, not to itself. Nil when none
+// can use it.
 func HeadFor(ws []locksv1alpha1.QueenLockWaiter, ps []locksv1alpha1.QueenLock, old *locksv1alpha1.QueenLock, now time.Time) *locksv1alpha1.QueenLockWaiter {
 	lock, slot := old.Spec.Lock, int(old.Spec.Slot)
 	served := map[string]bool{}
@@ -39,7 +41,7 @@ func HeadFor(ws []locksv1alpha1.QueenLockWaiter, ps []locksv1alpha1.QueenLock, o
 	}
 	line := make([]locksv1alpha1.QueenLockWaiter, 0, len(ws))
 	for _, w := range ws {
-		if w.Spec.Lock == lock && w.DeletionTimestamp.IsZero() && int(w.Spec.Limit) > slot && !served[w.Spec.Owner] &&
+		if w.Spec.Lock == lock && w.DeletionTimestamp.IsZero() && int(w.Spec.Limit) > slot && !served[w.Spec.Owner] && w.Spec.Owner != old.Spec.Owner &&
 			(old.Spec.Waiter == "" || w.Name != old.Spec.Waiter) {
 			line = append(line, w)
 		}

@@ -104,10 +104,19 @@ func receive(t *testing.T, c <-chan answer) locks.Acquired {
 // the slot), and the waiter answers acquired (not already), with a token
 // above the released holding's, renewed to the lifetime it asked for. The
 // waiter leaves the line.
+//
+// It holds for the manager's release (over the route) and for a direct
+// client's (a handle's or the CLI's over the Kubernetes API), which learns
+// of the waiter from kube-apiserver's watch cache and whose handover the
+// permit webhook judges against the line.
 func TestAReleaseHandsTheSlotToTheHeadOfTheLine(t *testing.T) {
+	t.Run("manager", func(t *testing.T) { releaseHandsOver(t, asManager(t)) })
+	t.Run("direct", func(t *testing.T) { releaseHandsOver(t, locks.New(env.Client, nil)) })
+}
+
+func releaseHandsOver(t *testing.T, m *locks.Client) {
 	ctx := context.Background()
 	ns := env.Namespace(t, "handover")
-	m := asManager(t)
 	a, err := m.Acquire(ctx, ns, "report", "a", 600, 1)
 	if err != nil || !a.Acquired {
 		t.Fatal(a, err)

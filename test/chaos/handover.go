@@ -3,6 +3,7 @@ package main
 import (
 	"sort"
 	"strings"
+	"time"
 )
 
 // A handover (docs/line.md) ends one holding and begins the next in one
@@ -65,7 +66,9 @@ func atVersion(evs []Event, v uint64) int {
 // RoleLeftWaiter is no client: Check makes an acquire of this role for a
 // holding handed in place to a waiter whose call had already answered
 // without it (its wait ran out, answered held, a moment before: the
-// manager read the line before the waiter's delete landed). Nobody was
+// manager read the line before the waiter's delete landed), and for a
+// second slot a waiting acquire won while it was being handed another
+// (its own try, as the handover landed), which settle deletes. Nobody was
 // told of that holding; it is held all the same, by the waiter's owner,
 // until its short lifetime (the waiter's ttlSeconds) runs out, the owner's
 // carrier gives it back, or it is handed on. The acquire made for it is
@@ -84,7 +87,7 @@ func handedToLeft(h History) []Op {
 	var out []Op
 	for _, l := range lockRecords(h) {
 		for i, e := range l.evs {
-			if !e.Handover || e.Type != "ADDED" || isGatedOwner(e.Owner) || strings.HasPrefix(e.Owner, mintedPrefix) {
+			if !leaseBegins(l.evs, i) || isGatedOwner(e.Owner) || strings.HasPrefix(e.Owner, mintedPrefix) {
 				continue
 			}
 			// The versions of this holding, and how it ended.
@@ -101,7 +104,7 @@ func handedToLeft(h History) []Op {
 				}
 				versions[f.Version] = true
 			}
-			call, known := int64(0), false
+			call, known, settled := int64(0), false, false
 			for _, op := range h.Ops {
 				if op.Kind != KindAcquire || op.Owner != e.Owner || op.Lock != l.op {
 					continue
@@ -113,8 +116,12 @@ func handedToLeft(h History) []Op {
 				if op.Call < e.Seen {
 					call = max(call, op.Call)
 				}
+				// In flight when the holding began, and answered another:
+				// the owner won two slots (its own try and a handover) and
+				// the acquire kept the earlier (settle) and deleted this.
+				settled = settled || (op.Outcome == Acquired || op.Outcome == Already) && op.Call < e.Seen && e.Seen <= op.Return+int64(time.Second)
 			}
-			if known || call == 0 {
+			if known || call == 0 || (!e.Handover && !settled) {
 				continue
 			}
 			n := leftWaiterClient - len(out)

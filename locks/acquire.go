@@ -114,7 +114,7 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 		}
 		now := l.clock.Now()
 		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
-			return l.alreadyFor(ctx, a, mine)
+			return l.alreadyFor(ctx, a, mine, bySlot)
 		}
 		p := bySlot[0]
 		if p == nil {
@@ -152,11 +152,32 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 // alreadyFor answers a's owner's live permit p: one handed to it from
 // the line is claimed (see claim), any other it held before this acquire,
 // and nothing is written.
-func (l *Client) alreadyFor(ctx context.Context, a *acquire, p *locksv1alpha1.QueenLock) (Acquired, error) {
+func (l *Client) alreadyFor(ctx context.Context, a *acquire, p *locksv1alpha1.QueenLock, bySlot map[int]*locksv1alpha1.QueenLock) (Acquired, error) {
 	if handed(p) {
-		return l.claim(ctx, a, p)
+		got, err := l.claim(ctx, a, p)
+		if err == nil && got.Acquired {
+			l.giveBackSpares(ctx, a, bySlot, p)
+		}
+		return got, err
 	}
 	return l.already(p)
+}
+
+// giveBackSpares gives on every other permit of a's owner in bySlot that
+// was handed to it and not yet claimed: two replicas that free two slots
+// of a semaphore at once can each hand one to the same head, and an owner
+// holds one slot (the earliest, kept, as settle keeps it). Each goes to
+// the next in line at once (GiveBack, at the version read) rather than
+// idling for its lifetime: a gated pod's is the pod's whole life.
+func (l *Client) giveBackSpares(ctx context.Context, a *acquire, bySlot map[int]*locksv1alpha1.QueenLock, kept *locksv1alpha1.QueenLock) {
+	for _, p := range bySlot {
+		if p.Name == kept.Name || p.Spec.Owner != a.owner || !handed(p) || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if tok, err := permit.Token(p.ResourceVersion); err == nil {
+			_, _ = l.GiveBack(ctx, a.ns, a.lock, int(p.Spec.Slot), tok)
+		}
+	}
 }
 
 // already answers the owner's live permit p, which it held before this
@@ -213,7 +234,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 		}
 		now := l.clock.Now()
 		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
-			return l.alreadyFor(ctx, a, mine)
+			return l.alreadyFor(ctx, a, mine, bySlot)
 		}
 		var holders []Holder
 		var free, takeable []int

@@ -131,7 +131,7 @@ func (l *Client) heldNow(ctx context.Context, a *acquire) (Acquired, error) {
 	now := l.clock.Now()
 	if mine := earliest(live(bySlot, a.owner, now)); mine != nil && handed(mine) {
 		// Handed to this waiter as its wait ran out: it is the answer.
-		return l.claim(ctx, a, mine)
+		return l.alreadyFor(ctx, a, mine, bySlot)
 	}
 	holders := []Holder{}
 	for slot, pm := range bySlot {

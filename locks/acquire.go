@@ -359,6 +359,11 @@ func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.Quee
 	if err != nil && !apierrors.IsNotFound(err) {
 		return Acquired{}, fmt.Errorf("giving back slot %d of lock %q, won twice by owner %q: %w", got.Spec.Slot, a.lock, a.owner, err)
 	}
+	if handed(keep) {
+		// Handed to this owner from the line as its own try won: the
+		// handover is the earlier, and this acquire claims it.
+		return l.claim(ctx, a, keep)
+	}
 	h, err := holderOf(keep)
 	if err != nil {
 		return Acquired{}, err

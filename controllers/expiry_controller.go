@@ -15,10 +15,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
@@ -68,7 +71,7 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 	graceFrom.Store(&grace)
 	r.ends = newHoldEnds(r.Clock)
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&locksv1alpha1.QueenLock{}).
+		For(&locksv1alpha1.QueenLock{}, builder.WithPredicates(predicate.Funcs{DeleteFunc: r.deleteMatters})).
 		// The same informer again, to time the holdings that end: only
 		// while this replica leads, as the controller runs.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &locksv1alpha1.QueenLock{}, r.ends.handler())).
@@ -84,6 +87,24 @@ func (r *Expiry) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.Pods.Events, &handler.EnqueueRequestForObject{}))
 	}
 	return b.Complete(r)
+}
+
+// deleteMatters tells whether a permit's delete leaves the controller
+// anything to do. A deleted permit has nothing left to expire; the one
+// thing a reconcile of its delete does is stop following the pod it
+// named, so a delete of a permit without a holder pod (the last version
+// this replica saw) is not queued: about half of what the controller
+// reconciled per acquire and release. A permit that named a pod in an
+// earlier version was followed by that version's reconcile, and the
+// update that cleared its holderPod queued one more, which stops
+// following it. A delete this replica missed (its last state unknown) is
+// queued all the same.
+func (r *Expiry) deleteMatters(e event.DeleteEvent) bool {
+	if r.Pods == nil {
+		return false
+	}
+	p, ok := e.Object.(*locksv1alpha1.QueenLock)
+	return e.DeleteStateUnknown || !ok || p.Spec.HolderPod != nil
 }
 
 // expiryWorkers is how many permits the leader judges and deletes at once.

@@ -54,8 +54,8 @@ const defaultTerminationGrace = 30 * time.Second
 //
 // A reconcile is one lock of one namespace (the request's Name is the lock).
 // It is woken by the lock's gated pods changing and by any permit of the
-// lock being deleted (a slot freed), so a gated pod competes with the
-// route's waiters like one more waiter.
+// lock being deleted (a slot freed) while the lock has gated pods, so a
+// gated pod competes with the route's waiters like one more waiter.
 type Line struct {
 	// Client reads gated pods from the manager's cache (which holds only
 	// labelled pods) and writes pods directly.
@@ -106,9 +106,9 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: lock}}}
 	})
-	permitToLock := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	permitToLock := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		p, ok := o.(*locksv1alpha1.QueenLock)
-		if !ok {
+		if !ok || !l.hasGatedPods(ctx, p.Namespace, p.Spec.Lock) {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Lock}}}
@@ -155,6 +155,22 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
 		Complete(l)
+}
+
+// hasGatedPods tells whether the cache holds a gated pod of lock in ns. A
+// slot freed of a lock without one has nobody of the line's to let in:
+// most permits are the route's and the handles', and their deletes need
+// no pass of the line. A gated pod the cache shows only later wakes the
+// line by its own event, which then finds the slot free; a pod waiter
+// left behind by a pod that went is removed on that pod's delete, or on
+// the waiter's own create when a new leader lists them. Read without a
+// copy: only the count is looked at.
+func (l *Line) hasGatedPods(ctx context.Context, ns, lock string) bool {
+	var list corev1.PodList
+	if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{lockIndex: lock}, client.UnsafeDisableDeepCopy); err != nil {
+		return true // not known: let the reconcile look
+	}
+	return len(list.Items) > 0
 }
 
 // Reconcile brings one lock's line forward.

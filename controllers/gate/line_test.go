@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/queen-locks/queen-locks/internal/metricstest"
 	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
@@ -180,5 +181,57 @@ func TestAnExpiredHolderIsTakenOverWithoutADelete(t *testing.T) {
 	}
 	if q := permitOf(t, got); q.Spec.Owner != gatedpod.Owner(got) {
 		t.Fatalf("the permit's owner is %q, want the pod", q.Spec.Owner)
+	}
+}
+
+// The line passes over the freed slots of locks without gated pods (most
+// locks, the route's and the handles'): their releases wake no reconcile of
+// the line, while a release of a lock a gated pod waits for still lets it
+// in.
+func TestReleasesOfLocksWithoutGatedPodsWakeNoLine(t *testing.T) {
+	ctx := context.Background()
+	ns := entitledNamespace(t)
+	reconciles := func() float64 {
+		var n float64
+		for _, r := range []string{"success", "error", "requeue", "requeue_after"} {
+			if m := metricstest.Series(t, "controller_runtime_reconcile_total", map[string]string{"controller": "gate", "result": r}); m != nil {
+				n += m.GetCounter().GetValue()
+			}
+		}
+		return n
+	}
+	l := locks.New(env.Client, nil)
+	busy, err := l.Acquire(ctx, ns, "busy", "route-caller", 600, 1)
+	if err != nil || !busy.Acquired {
+		t.Fatal(busy, err)
+	}
+	p := gated(t, ns, "next", "busy")
+	told(t, p, "Waiting", "number 1 in line")
+
+	before := reconciles()
+	const cycles = 30
+	for i := range cycles {
+		// A lock of its own each time: releases of one lock in a row
+		// could share one queued reconcile.
+		lock := fmt.Sprintf("plain-%d", i)
+		a, err := l.Acquire(ctx, ns, lock, "route-caller", 600, 1)
+		if err != nil || !a.Acquired {
+			t.Fatal(a, err)
+		}
+		if ok, err := l.Release(ctx, ns, lock, a.Slot, a.Token, "route-caller"); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	// The gated pod's lock is released after all of them: its delete
+	// comes after theirs, and wakes the line.
+	if ok, err := l.Release(ctx, ns, "busy", busy.Slot, busy.Token, "route-caller"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	admitted(t, ns, "next")
+	// Letting the pod in takes a few reconciles of its own (the release,
+	// the pod's patch, its waiter leaving); other tests' lines looking
+	// again may add a few more.
+	if got := reconciles() - before; got >= cycles/2 {
+		t.Errorf("%v reconciles of the line over %d releases of locks without gated pods and one with, want a few", got, cycles)
 	}
 }

@@ -176,6 +176,18 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	// The manager's clients ask kube-apiserver for no gzip. It compresses
+	// the events of every watch-list (each informer's watch, since
+	// client-go's informers list by watching), one gzip stream per event:
+	// a compressor set up and flushed per permit event in kube-apiserver,
+	// a decompressor's 32 KiB window and buffers per watch here, and the
+	// inflating of each event. Between the manager and kube-apiserver,
+	// in a cluster's own network, the bytes saved buy nothing that costs
+	// as much CPU on both sides (docs/development/benchmarks.md). Plain
+	// requests are compressed only past 128 KiB (large lists), the one
+	// place gzip saved bytes worth having; those are rare here.
+	cfg = rest.CopyConfig(cfg)
+	cfg.DisableCompression = true
 	hooks, err := webhookserver.New(webhookserver.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
 		ClientCAFile: o.WebhookClientCAFile, Limits: o.WebhookLimits, Log: ctrl.Log.WithName("webhook-server")})
 	if err != nil {
@@ -216,12 +228,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			return nil, fmt.Errorf("creating the expiry's client: %w", err)
 		}
 		// The holder pod watches are one per namespace with holder pods,
-		// each open for as long as the leader leads. With gzip, each kept
-		// a decompressor's 32 KiB window and buffers, most of what a watch
-		// cost this process; the metadata of pods compresses to little.
-		mcfg := rest.CopyConfig(cfg)
-		mcfg.DisableCompression = true
-		meta, err := metadata.NewForConfig(mcfg)
+		// each open for as long as the leader leads: without gzip (above),
+		// none keeps a decompressor's window and buffers, which with it
+		// were most of what a watch cost this process.
+		meta, err := metadata.NewForConfig(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("creating the metadata client: %w", err)
 		}

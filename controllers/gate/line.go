@@ -315,6 +315,13 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		ns := pod.Namespace
 		ask, _ := gatedpod.ParseAsk(pod.Annotations)
 		if l.refusedRecently(pod, now) {
+			// Not tried again yet; a permit handed to it from the line
+			// meanwhile (the handover read the line before the refusal
+			// took its waiter out) goes on to the next in line now, not
+			// when the pod's retry comes.
+			if err := l.giveOn(ctx, ns, lock, gatedpod.Owner(pod)); err != nil {
+				return retry, expires, err
+			}
 			retry = true
 			continue
 		}

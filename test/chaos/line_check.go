@@ -236,8 +236,29 @@ func (r *Report) checkLine(h History) {
 		for _, b := range begins {
 			var line []*waiterSpan
 			var own *waiterSpan
+			decided := int64(0)
+			if b.handover {
+				decided = handoverDecided(h, l, b)
+			}
 			for _, w := range ws {
-				if w.pos == 0 || w.pos >= b.version || (w.goneV != 0 && w.goneV < b.version) {
+				if w.pos == 0 || w.pos >= b.version {
+					continue
+				}
+				if w.goneV != 0 && w.goneV < b.version {
+					// Gone before the handover landed, but in the line when
+					// it read the line: the head it was handed to.
+					if b.handover && w.owner == b.owner && w.gone >= decided && (own == nil || w.pos < own.pos) {
+						own = w
+					}
+					continue
+				}
+				if w.owner == b.owner {
+					// Its own place, even if an earlier holding of the owner
+					// served it: a handover reads the line, where a waiter
+					// of an owner that holds nothing now is still waiting.
+					if own == nil || w.pos < own.pos {
+						own = w
+					}
 					continue
 				}
 				if v, ok := served[w]; ok && v < b.version && (w.pod == "" || !endedBefore(l.evs, v, b.version)) {
@@ -245,12 +266,6 @@ func (r *Report) checkLine(h History) {
 					// gated pod's waiter stays while the pod is not let in:
 					// a pod whose handed permit the gate gave back (it could
 					// not let it in) keeps its place.
-					continue
-				}
-				if w.owner == b.owner {
-					if own == nil || w.pos < own.pos {
-						own = w
-					}
 					continue
 				}
 				line = append(line, w)

@@ -115,7 +115,6 @@ func TestAReleaseHandsTheSlotToTheHeadOfTheLine(t *testing.T) {
 }
 
 func releaseHandsOver(t *testing.T, m *locks.Client) {
-	t.Helper()
 	ctx := context.Background()
 	ns := env.Namespace(t, "handover")
 	a, err := m.Acquire(ctx, ns, "report", "a", 600, 1)

@@ -6,7 +6,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
-	"github.com/queen-locks/queen-locks/locks"
 	"github.com/queen-locks/queen-locks/permit"
 )
 
@@ -51,13 +49,6 @@ type Expiry struct {
 	Grace    time.Duration
 	Recorder events.EventRecorder
 	Pods     *Pods
-	// Locks, when set, ends a holding by handing its permit to the head of
-	// the lock's line when the cache shows a waiter for the slot
-	// (locks.Client.End), so that the slot does not stand free for any
-	// acquire meanwhile; otherwise, and when nil, the permit is deleted.
-	// It must read from the API server and write as the manager
-	// (locks.AsManager, with the fence).
-	Locks *locks.Client
 
 	ends *holdEnds // the hold times' metric
 }
@@ -140,7 +131,8 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		}
 	}
 	r.ends.deleting(&p, EndExpired)
-	handed, err := r.end(ctx, &p)
+	err := r.Client.Delete(ctx, &p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+	r.ends.deleted(&p, err)
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		// Released, renewed or taken over since the cache saw it: the watch
@@ -151,12 +143,8 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	}
 	expirations.WithLabelValues(p.Namespace).Inc()
 	logf.FromContext(ctx).Info("permit expired", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "owner", p.Spec.Owner,
-		"expireTime", permit.FormatTime(p.Spec.ExpireTime.Time), "handedTo", handedTo(handed))
-	if r.Recorder != nil && handed != nil {
-		r.Recorder.Eventf(&p, nil, corev1.EventTypeNormal, "Expired", "HandOver",
-			"permit of lock %q slot %d held by %q expired at %s and was handed to %q, at the head of the line",
-			p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, permit.FormatTime(p.Spec.ExpireTime.Time), handed.Spec.Owner)
-	} else if r.Recorder != nil {
+		"expireTime", permit.FormatTime(p.Spec.ExpireTime.Time))
+	if r.Recorder != nil {
 		r.Recorder.Eventf(&p, nil, corev1.EventTypeNormal, "Expired", "Expire",
 			"permit of lock %q slot %d held by %q expired at %s and was deleted",
 			p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, permit.FormatTime(p.Spec.ExpireTime.Time))
@@ -169,7 +157,8 @@ func (r *Expiry) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 // the delete fails and the watch brings the new version.
 func (r *Expiry) free(ctx context.Context, p *locksv1alpha1.QueenLock, why string) error {
 	r.ends.deleting(p, EndPodGone)
-	handed, err := r.end(ctx, p)
+	err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+	r.ends.deleted(p, err)
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return nil
@@ -178,39 +167,10 @@ func (r *Expiry) free(ctx context.Context, p *locksv1alpha1.QueenLock, why strin
 	}
 	releases.WithLabelValues(p.Namespace, "pod-gone").Inc()
 	hp := p.Spec.HolderPod
-	logf.FromContext(ctx).Info("holder pod gone: permit freed", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "owner", p.Spec.Owner, "pod", hp.Namespace+"/"+hp.Name, "why", why, "handedTo", handedTo(handed))
+	logf.FromContext(ctx).Info("holder pod gone: permit freed", "lock", p.Spec.Lock, "slot", p.Spec.Slot, "owner", p.Spec.Owner, "pod", hp.Namespace+"/"+hp.Name, "why", why)
 	if r.Recorder != nil {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "HolderPodGone", "Release",
 			"permit of lock %q slot %d held by %q was freed: its pod %s/%s (uid %s) was %s", p.Spec.Lock, p.Spec.Slot, p.Spec.Owner, hp.Namespace, hp.Name, hp.UID, why)
 	}
 	return nil
-}
-
-// errHanded tells the hold times' metric that the controller's write was
-// no delete: the handover is seen as the permit changing hands.
-var errHanded = errors.New("handed over")
-
-// end ends the holding at version p: handed on to the line (see Locks) or
-// deleted, with p's version as the precondition either way. It answers
-// the permit as handed, nil when deleted.
-func (r *Expiry) end(ctx context.Context, p *locksv1alpha1.QueenLock) (*locksv1alpha1.QueenLock, error) {
-	if r.Locks == nil {
-		err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
-		r.ends.deleted(p, err)
-		return nil, err
-	}
-	handed, err := r.Locks.End(ctx, p)
-	if handed != nil {
-		r.ends.deleted(p, errHanded)
-	} else {
-		r.ends.deleted(p, err)
-	}
-	return handed, err
-}
-
-func handedTo(p *locksv1alpha1.QueenLock) string {
-	if p == nil {
-		return ""
-	}
-	return p.Spec.Owner
 }

@@ -114,7 +114,7 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 		}
 		now := l.clock.Now()
 		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
-			return l.alreadyFor(ctx, a, mine, bySlot)
+			return l.already(mine)
 		}
 		p := bySlot[0]
 		if p == nil {
@@ -147,37 +147,6 @@ func (l *Client) acquireLock(ctx context.Context, a *acquire) (Acquired, error) 
 		}
 	}
 	return Acquired{Reason: ReasonContended}, nil
-}
-
-// alreadyFor answers a's owner's live permit p: one handed to it from
-// the line is claimed (see claim), any other it held before this acquire,
-// and nothing is written.
-func (l *Client) alreadyFor(ctx context.Context, a *acquire, p *locksv1alpha1.QueenLock, bySlot map[int]*locksv1alpha1.QueenLock) (Acquired, error) {
-	if handed(p) {
-		got, err := l.claim(ctx, a, p)
-		if err == nil && got.Acquired {
-			l.giveBackSpares(ctx, a, bySlot, p)
-		}
-		return got, err
-	}
-	return l.already(p)
-}
-
-// giveBackSpares gives on every other permit of a's owner in bySlot that
-// was handed to it and not yet claimed: two replicas that free two slots
-// of a semaphore at once can each hand one to the same head, and an owner
-// holds one slot (the earliest, kept, as settle keeps it). Each goes to
-// the next in line at once (GiveBack, at the version read) rather than
-// idling for its lifetime: a gated pod's is the pod's whole life.
-func (l *Client) giveBackSpares(ctx context.Context, a *acquire, bySlot map[int]*locksv1alpha1.QueenLock, kept *locksv1alpha1.QueenLock) {
-	for _, p := range bySlot {
-		if p.Name == kept.Name || p.Spec.Owner != a.owner || !handed(p) || !p.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if tok, err := permit.Token(p.ResourceVersion); err == nil {
-			_, _ = l.GiveBack(ctx, a.ns, a.lock, int(p.Spec.Slot), tok)
-		}
-	}
 }
 
 // already answers the owner's live permit p, which it held before this
@@ -234,7 +203,7 @@ func (l *Client) acquireSemaphore(ctx context.Context, a *acquire) (Acquired, er
 		}
 		now := l.clock.Now()
 		if mine := earliest(live(bySlot, a.owner, now)); mine != nil {
-			return l.alreadyFor(ctx, a, mine, bySlot)
+			return l.already(mine)
 		}
 		var holders []Holder
 		var free, takeable []int
@@ -359,11 +328,6 @@ func (l *Client) settle(ctx context.Context, a *acquire, got *locksv1alpha1.Quee
 	if err != nil && !apierrors.IsNotFound(err) {
 		return Acquired{}, fmt.Errorf("giving back slot %d of lock %q, won twice by owner %q: %w", got.Spec.Slot, a.lock, a.owner, err)
 	}
-	if handed(keep) {
-		// Handed to this owner from the line as its own try won: the
-		// handover is the earlier, and this acquire claims it.
-		return l.claim(ctx, a, keep)
-	}
 	h, err := holderOf(keep)
 	if err != nil {
 		return Acquired{}, err
@@ -474,7 +438,6 @@ func (l *Client) takeOver(ctx context.Context, old *locksv1alpha1.QueenLock, a *
 	p.Spec.TTLSeconds = a.ttl
 	p.Spec.Limit = int32(max(a.limit, int(p.Spec.Slot)+1))
 	p.Spec.HolderPod = a.pod
-	p.Spec.Waiter = ""
 	p.Spec.AcquireTime = nil
 	if l.stamps {
 		if err := l.stampOver(old, p); err != nil {

@@ -71,14 +71,6 @@ func (c *counting) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 }
 
 func (c *counting) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	var o client.ListOptions
-	o.ApplyOptions(opts)
-	if o.Raw != nil && o.Raw.ResourceVersion == "0" {
-		// Any version kube-apiserver's watch cache holds: no wait, and
-		// no read of etcd.
-		c.note("list-cached")
-		return c.Client.List(ctx, list, opts...)
-	}
 	c.note("list")
 	return c.Client.List(ctx, list, opts...)
 }
@@ -149,9 +141,7 @@ func TestEachOperationIsOneCallWhenItWins(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
-	// Whether anyone waits for the slot, from the watch cache: nobody
-	// does, so one delete (docs/line.md, the handover).
-	calls(t, c, "list-cached", "delete")
+	calls(t, c, "delete")
 
 	// A client that has not seen the version reads it first.
 	a, _ = l.Acquire(ctx, ns, "one-call", "a", 30, 1)
@@ -160,7 +150,7 @@ func TestEachOperationIsOneCallWhenItWins(t *testing.T) {
 	if ok, err := fresh.Release(ctx, ns, "one-call", 0, a.Token, "a"); err != nil || !ok {
 		t.Fatalf("release by a fresh client: %v %v", ok, err)
 	}
-	calls(t, c, "get", "list-cached", "delete")
+	calls(t, c, "get", "delete")
 
 	// A semaphore with room: the owner check before any write (an owner
 	// holding a slot is answered it with no write), the preferred slot,

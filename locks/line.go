@@ -43,7 +43,7 @@ type Follow interface {
 // yet only makes it wait for that event. The decision to try comes from
 // the watch; the try itself is the usual conditional write, which a stale
 // watch can only make lose.
-func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (got Acquired, err error) {
+func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (Acquired, error) {
 	defer f.Stop()
 	deadline := time.NewTimer(a.wait)
 	defer deadline.Stop()
@@ -52,9 +52,6 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (got A
 	defer func() {
 		if p != nil {
 			p.leave()
-			if !got.Acquired && !a.keep {
-				l.giveBackOthers(f, p, a, -1)
-			}
 		}
 	}()
 	// The first try is a plain acquire, unless the watch already shows
@@ -65,6 +62,7 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (got A
 			return got, err
 		}
 	}
+	var err error
 	if p, err = l.join(ctx, a); err != nil {
 		if noLine(err) {
 			// A client that may not join the line waits outside it, woken
@@ -81,17 +79,6 @@ func (l *Client) acquireInLine(ctx context.Context, a *acquire, f Follow) (got A
 	defer expiry.Stop()
 	last := false
 	for {
-		if pm := handedIn(f, p, a, l.clock.Now()); pm != nil {
-			// Handed this waiter's slot: claimed from the version the
-			// watch shows, with no create that could only lose.
-			got, err := l.claim(ctx, a, pm)
-			if err == nil && got.Acquired {
-				l.giveBackOthers(f, p, a, int(pm.Spec.Slot))
-			}
-			if err != nil || !lostTry(got) {
-				return got, err
-			}
-		}
 		turn, next := l.turn(f, p, a)
 		if turn {
 			got, err := l.try(ctx, a)
@@ -129,10 +116,6 @@ func (l *Client) heldNow(ctx context.Context, a *acquire) (Acquired, error) {
 		return Acquired{}, err
 	}
 	now := l.clock.Now()
-	if mine := earliest(live(bySlot, a.owner, now)); mine != nil && handed(mine) {
-		// Handed to this waiter as its wait ran out: it is the answer.
-		return l.alreadyFor(ctx, a, mine, bySlot)
-	}
 	holders := []Holder{}
 	for slot, pm := range bySlot {
 		if slot >= max(a.limit, 1) || permit.Expired(pm, now) {
@@ -300,51 +283,4 @@ func Queued() AcquireOption { return func(c *acquireConfig) { c.queued = true } 
 // (a cluster whose CRDs predate the line).
 func noLine(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
-}
-
-// giveBackOthers gives on every permit but the one of slot keep (-1: all)
-// that f shows handed to the waiter at p, each at the version the watch
-// shows, that alone (GiveBack), so that it goes to the next in line at
-// once rather than idling until its short lifetime (permit.HandedTTL)
-// runs out. All of them, when the acquire stopped waiting without the
-// permit (its caller went away, or an error); all but the one it claimed,
-// when handovers of several slots of a semaphore that freed at once (from
-// different replicas) each picked this waiter: an owner holds one. A
-// handover the watch has not shown yet still runs out that lifetime.
-func (l *Client) giveBackOthers(f Follow, p *place, a *acquire, keep int) {
-	p.mu.Lock()
-	name := p.name
-	p.mu.Unlock()
-	for _, pm := range f.Permits() {
-		if int(pm.Spec.Slot) == keep || pm.Spec.Lock != a.lock || pm.Spec.Owner != a.owner || pm.Spec.Waiter != name || !handed(&pm) {
-			continue
-		}
-		tok, err := permit.Token(pm.ResourceVersion)
-		if err != nil {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), tryTimeout)
-		_, _ = l.GiveBack(ctx, a.ns, a.lock, int(pm.Spec.Slot), tok)
-		cancel()
-	}
-}
-
-// handedIn is the permit that f shows handed to the waiter at p, live, if
-// any; of several (see giveBackOthers), the earliest by resourceVersion,
-// which settle would keep too.
-func handedIn(f Follow, p *place, a *acquire, now time.Time) *locksv1alpha1.QueenLock {
-	p.mu.Lock()
-	name := p.name
-	p.mu.Unlock()
-	var mine []*locksv1alpha1.QueenLock
-	for _, pm := range f.Permits() {
-		if pm.Spec.Lock == a.lock && pm.Spec.Owner == a.owner && pm.Spec.Waiter == name && handed(&pm) &&
-			pm.DeletionTimestamp.IsZero() && !permit.Expired(&pm, now) {
-			mine = append(mine, pm.DeepCopy())
-		}
-	}
-	if len(mine) == 0 {
-		return nil
-	}
-	return earliest(mine)
 }

@@ -88,11 +88,9 @@ type Client struct {
 	grace    time.Duration
 	versions Versions
 	answered *memo
-	// handing serializes this Client's handovers of one lock (HandOver).
-	handing *keyedMutex
-	deletes dynamic.Interface // nil: deletes go through c
-	stamps  bool              // AsManager: creates, renews and takeovers stamped here
-	fence   *Fence            // WithFence: raised before an acquire answers
+	deletes  dynamic.Interface // nil: deletes go through c
+	stamps   bool              // AsManager: creates, renews and takeovers stamped here
+	fence    *Fence            // WithFence: raised before an acquire answers
 	// carrier names this Client's waiters in a line (WithCarrier).
 	carrier string
 	// countWaiting: held answers and Get count the line (CountsWaiting).
@@ -117,7 +115,7 @@ func New(c client.Client, clk clock.PassiveClock, opts ...Option) *Client {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	l := &Client{c: c, clock: clk, tries: DefaultTries, answered: newMemo(100000), handing: newKeyedMutex(), carrier: "kubernetes-api"}
+	l := &Client{c: c, clock: clk, tries: DefaultTries, answered: newMemo(100000), carrier: "kubernetes-api"}
 	for _, o := range opts {
 		o(l)
 	}

@@ -72,8 +72,6 @@ func (p *place) create(ctx context.Context) error {
 			Lock: a.lock, Owner: a.owner, Limit: int32(max(a.limit, 1)),
 			TTLSeconds: int32(WaiterTTL / time.Second), Carrier: p.l.carrier,
 			Since: &now, RenewTime: &now,
-			// What a handover to this waiter writes on the permit.
-			HoldSeconds: a.ttl, HolderPod: a.pod,
 		},
 	}
 	if err := p.l.c.Create(ctx, w); err != nil {

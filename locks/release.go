@@ -31,7 +31,7 @@ func (l *Client) Release(ctx context.Context, ns, lock string, slot int, token u
 		} else if owner != "" && v.Owner != owner {
 			return false, nil
 		}
-		err := l.free(ctx, ns, lock, slot, rv)
+		err := l.delete(ctx, ns, name, metav1.Preconditions{ResourceVersion: &rv})
 		switch {
 		case err == nil:
 			l.answered.forget(ns, name)
@@ -62,7 +62,7 @@ func (l *Client) Release(ctx context.Context, ns, lock string, slot int, token u
 func (l *Client) GiveBack(ctx context.Context, ns, lock string, slot int, token uint64) (bool, error) {
 	name := permit.Name(lock, slot)
 	rv := strconv.FormatUint(token, 10)
-	err := l.free(ctx, ns, lock, slot, rv)
+	err := l.delete(ctx, ns, name, metav1.Preconditions{ResourceVersion: &rv})
 	switch {
 	case err == nil:
 		l.answered.forget(ns, name)
@@ -72,26 +72,4 @@ func (l *Client) GiveBack(ctx context.Context, ns, lock string, slot int, token 
 	default:
 		return false, fmt.Errorf("giving back permit %d of lock %q: %w", slot, lock, err)
 	}
-}
-
-// free ends the holding at version rv of slot of lock: handed to the head
-// of the line when the Client's cache shows anyone waiting for the slot
-// (HandOver: the whole version is needed, from the cache or one read),
-// else deleted, one delete conditional on rv.
-func (l *Client) free(ctx context.Context, ns, lock string, slot int, rv string) error {
-	name := permit.Name(lock, slot)
-	if l.mayHandOver(ns, lock, slot) {
-		old, err := l.versionAt(ctx, ns, name, rv)
-		if err != nil {
-			return err
-		}
-		if old.Spec.Lock != lock || !old.DeletionTimestamp.IsZero() {
-			return apierrors.NewNotFound(queenlocks.GroupResource(), name)
-		}
-		got, err := l.HandOver(ctx, old)
-		if err != nil || got != nil {
-			return err
-		}
-	}
-	return l.delete(ctx, ns, name, metav1.Preconditions{ResourceVersion: &rv})
 }

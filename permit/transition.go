@@ -107,10 +107,6 @@ type Caller struct {
 //     one: its takeovers come stamped): take over a permit that expired
 //     more than grace ago (grace is the clock skew tolerated between
 //     replicas).
-//   - update that clears acquireTime (from the manager, sets a new one) and
-//     names a new waiter: a handover to the head of the lock's line,
-//     expired or not (see IsHandover; the webhook judges it against the
-//     line).
 //   - update that keeps acquireTime: renew, by the same owner, before expiry.
 //   - update of a permit being deleted that changes nothing but its
 //     finalizers: the garbage collector finishing a foreground or orphan
@@ -133,11 +129,7 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	if errs := ValidateSpec(obj); len(errs) > 0 {
 		return false, invalid(errs)
 	}
-	// A handover names the waiter it hands the permit to: its owner is
-	// that waiter's, a gated pod's included, judged against the line
-	// (JudgeHandover), not against the writer.
-	handover := IsHandover(old, obj, caller.Manager)
-	if !caller.Manager && !handover {
+	if !caller.Manager {
 		// Any write that leaves such an owner on the permit: a create, a
 		// takeover, and a renew, which would change a gated pod's token.
 		if err := ValidateOwnerOf(obj.Spec.Owner); err != nil {
@@ -153,23 +145,11 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	takeover := old != nil && (obj.Spec.AcquireTime == nil ||
 		(caller.Manager && !obj.Spec.AcquireTime.Equal(old.Spec.AcquireTime)))
 	acquiring := old == nil || takeover
-	switch {
-	case handover:
-		if hp := obj.Spec.HolderPod; hp != nil && hp.Namespace == "" {
-			hp.Namespace = obj.Namespace
-		}
-	case acquiring:
+	if acquiring {
 		defaultHolderPodNamespace(obj, caller)
-		if old == nil && obj.Spec.Waiter != "" {
-			return false, invalid(field.ErrorList{field.Forbidden(specPath.Child("waiter"),
-				"is set only by a handover of a held permit to the head of the lock's line")})
-		}
-		obj.Spec.Waiter = "" // a takeover begins a holding nobody handed over
 	}
-	if !handover {
-		if err := checkHolderPod(old, obj, caller); err != nil {
-			return false, err
-		}
+	if err := checkHolderPod(old, obj, caller); err != nil {
+		return false, err
 	}
 	if old == nil {
 		if errs := validateCreateMeta(obj); len(errs) > 0 {
@@ -188,7 +168,7 @@ func Stamp(old, obj *locksv1alpha1.QueenLock, now time.Time, grace time.Duration
 	}
 	setLockLabel(obj)
 	if takeover {
-		if !handover && !Expired(old, now.Add(-grace)) {
+		if !Expired(old, now.Add(-grace)) {
 			return false, heldBy(old)
 		}
 		if err := checkTransitions(old, obj); err != nil {
@@ -312,10 +292,6 @@ func checkHolderPod(old, obj *locksv1alpha1.QueenLock, caller Caller) error {
 func checkRenew(old, obj *locksv1alpha1.QueenLock, now time.Time) error {
 	if obj.Spec.Owner != old.Spec.Owner {
 		return heldBy(old)
-	}
-	if obj.Spec.Waiter != old.Spec.Waiter {
-		return invalid(field.ErrorList{field.Invalid(specPath.Child("waiter"), obj.Spec.Waiter,
-			"cannot change on a renew: a handover sets it")})
 	}
 	if !equality.Semantic.DeepEqual(obj.Spec.HolderPod, old.Spec.HolderPod) {
 		return invalid(field.ErrorList{field.Invalid(specPath.Child("holderPod"), obj.Spec.HolderPod,

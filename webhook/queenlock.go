@@ -114,7 +114,7 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 			"which may be the next holder's", old.Name, old.Spec.Lock))
 	}
 	sent := sentFields{labels: obj.Labels != nil, label: obj.Labels[permit.LockLabel], dropManagedFields: dropManagedFields(old, obj),
-		firstToken: obj.Spec.FirstToken, holderPodNamespace: holderPodNamespace(obj), waiter: obj.Spec.Waiter}
+		firstToken: obj.Spec.FirstToken, holderPodNamespace: holderPodNamespace(obj)}
 	caller := callerOf(req)
 	caller.Manager = req.UserInfo.Username == h.Self // the route, writing for a caller it verified
 	if !caller.Manager {
@@ -122,18 +122,9 @@ func (h *QueenLock) Mutate(ctx context.Context, req admission.Request) admission
 			return deny(&permit.Refusal{Errs: errs}, obj.Name)
 		}
 	}
-	handover := !caller.Manager && permit.IsHandover(old, obj, false) // as sent: Stamp sets acquireTime
 	stamped, err := permit.Stamp(old, obj, h.Clock.Now(), h.Grace, caller)
 	if err != nil {
 		return deny(err, obj.Name)
-	}
-	if stamped && handover {
-		// The manager makes its handovers only to the head of the line;
-		// anybody else's is judged against the line as the API server
-		// has it, before its fence is raised.
-		if resp, ok := h.judgeHandover(ctx, req, old, obj); !ok {
-			return resp
-		}
 	}
 	// A dry run raises nothing: the webhook declares no side effects on
 	// dry runs (sideEffects=NoneOnDryRun), and a dry run wins nothing.
@@ -264,7 +255,6 @@ type sentFields struct {
 	dropManagedFields  bool
 	firstToken         int64
 	holderPodNamespace string
-	waiter             string
 }
 
 func holderPodNamespace(obj *locksv1alpha1.QueenLock) string {
@@ -332,9 +322,6 @@ func stampPatch(sent sentFields, obj *locksv1alpha1.QueenLock) []jsonpatch.JsonP
 		add("/spec/firstToken", obj.Spec.FirstToken)
 	case obj.Spec.FirstToken == 0 && sent.firstToken != 0:
 		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/spec/firstToken"})
-	}
-	if obj.Spec.Waiter == "" && sent.waiter != "" {
-		ops = append(ops, jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/spec/waiter"})
 	}
 	if ns := holderPodNamespace(obj); ns != sent.holderPodNamespace {
 		add("/spec/holderPod/namespace", ns)

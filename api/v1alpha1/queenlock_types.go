@@ -33,15 +33,11 @@ import (
 // webhook admits such writes only on a permit that is being deleted (the
 // garbage collector removing its finalizer), and refuses them otherwise. A
 // renew keeps the holder's pod, the holding's first token once the
-// webhook recorded it, the waiter it was handed to, and the leader
-// election fields; a takeover keeps leaderTransitions or adds one to it. A
-// handover (a new acquireTime that names a new waiter) may come before
-// expireTime: the CEL rules cannot read the line, so the webhook judges
-// that it goes to the head of the line, or the manager, which skips the
-// webhook, writes it only so.
+// webhook recorded it, and the leader election fields; a takeover keeps
+// leaderTransitions or adds one to it.
 // +kubebuilder:validation:XValidation:rule="self.slot < self.limit",message="slot must be below limit"
 // +kubebuilder:validation:XValidation:rule="has(self.acquireTime) && has(self.renewTime) && has(self.expireTime) && (self.expireTime - self.renewTime).getMilliseconds() == self.ttlSeconds * 1000",messageExpression="has(self.acquireTime) && has(self.renewTime) && has(self.expireTime) ? 'expireTime must be renewTime plus ttlSeconds' : 'acquireTime, renewTime and expireTime are stamped by the admission webhook: is it running?'"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (self.acquireTime == oldSelf.acquireTime ? self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime && (has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) && (!has(oldSelf.firstToken) || self.?firstToken == oldSelf.?firstToken) && self.?leaderTransitions == oldSelf.?leaderTransitions && (has(self.preferredHolder) ? has(oldSelf.preferredHolder) && self.preferredHolder == oldSelf.preferredHolder : !has(oldSelf.preferredHolder)) && (has(self.strategy) ? has(oldSelf.strategy) && self.strategy == oldSelf.strategy : !has(oldSelf.strategy)) && (has(self.waiter) ? has(oldSelf.waiter) && self.waiter == oldSelf.waiter : !has(oldSelf.waiter)) : (self.renewTime >= oldSelf.expireTime || (has(self.waiter) && (!has(oldSelf.waiter) || self.waiter != oldSelf.waiter))) && self.acquireTime == self.renewTime && self.?leaderTransitions.orValue(0) - oldSelf.?leaderTransitions.orValue(0) in [0, 1]) || self == oldSelf",message="not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime",messageExpression="self.acquireTime == oldSelf.acquireTime && self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime ? (!(has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) ? 'holderPod cannot change on a renew; a takeover replaces it' : has(oldSelf.firstToken) && self.?firstToken != oldSelf.?firstToken ? 'firstToken is stamped by the admission webhook and cannot change within a holding' : !(has(self.waiter) ? has(oldSelf.waiter) && self.waiter == oldSelf.waiter : !has(oldSelf.waiter)) ? 'waiter is set by a handover and cannot change within a holding' : 'leaderTransitions, preferredHolder and strategy cannot change on a renew') : self.acquireTime != oldSelf.acquireTime && (self.renewTime >= oldSelf.expireTime || (has(self.waiter) && (!has(oldSelf.waiter) || self.waiter != oldSelf.waiter))) && self.acquireTime == self.renewTime ? 'leaderTransitions may only stay or grow by one on a takeover or handover' : 'not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime; a handover to the head of the line names its waiter'"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.renewTime) || (self.acquireTime == oldSelf.acquireTime ? self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime && (has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) && (!has(oldSelf.firstToken) || self.?firstToken == oldSelf.?firstToken) && self.?leaderTransitions == oldSelf.?leaderTransitions && (has(self.preferredHolder) ? has(oldSelf.preferredHolder) && self.preferredHolder == oldSelf.preferredHolder : !has(oldSelf.preferredHolder)) && (has(self.strategy) ? has(oldSelf.strategy) && self.strategy == oldSelf.strategy : !has(oldSelf.strategy)) : self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime && self.?leaderTransitions.orValue(0) - oldSelf.?leaderTransitions.orValue(0) in [0, 1]) || self == oldSelf",message="not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime",messageExpression="self.acquireTime == oldSelf.acquireTime && self.owner == oldSelf.owner && self.renewTime > oldSelf.renewTime && self.renewTime < oldSelf.expireTime ? (!(has(self.holderPod) ? has(oldSelf.holderPod) && self.holderPod == oldSelf.holderPod : !has(oldSelf.holderPod)) ? 'holderPod cannot change on a renew; a takeover replaces it' : has(oldSelf.firstToken) && self.?firstToken != oldSelf.?firstToken ? 'firstToken is stamped by the admission webhook and cannot change within a holding' : 'leaderTransitions, preferredHolder and strategy cannot change on a renew') : self.acquireTime != oldSelf.acquireTime && self.renewTime >= oldSelf.expireTime && self.acquireTime == self.renewTime ? 'leaderTransitions may only stay or grow by one on a takeover' : 'not a lock transition: a renew keeps the owner and acquireTime and lands before expireTime; a takeover comes at or after expireTime'"
 type QueenLockSpec struct {
 	// lock is the name of the lock or semaphore this permit belongs to:
 	// 1 to 256 bytes of UTF-8, no control character and no '#'.
@@ -144,17 +140,6 @@ type QueenLockSpec struct {
 	// +kubebuilder:validation:Enum=OldestEmulationVersion
 	// +kubebuilder:validation:MaxLength=64
 	Strategy string `json:"strategy,omitempty"`
-
-	// waiter names the QueenLockWaiter this holding was handed to: a
-	// release, expiry or end of the holder's pod that found the lock's
-	// line waiting for this slot rewrote the permit for the head of the
-	// line in place, rather than deleting it, so that no acquire outside
-	// the line could take the slot in between. Set only by that handover
-	// (the webhook admits it only to the head of the line), kept by the
-	// holding's renews, and cleared by a create or takeover.
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	Waiter string `json:"waiter,omitempty"`
 }
 
 // PodRef names one pod, by namespace, name and UID: a pod deleted and

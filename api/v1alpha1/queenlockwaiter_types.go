@@ -66,25 +66,6 @@ type QueenLockWaiterSpec struct {
 	// +optional
 	Pod *PodRef `json:"pod,omitempty"`
 
-	// holdSeconds is the ttlSeconds the waiting acquire asks of its permit.
-	// A handover to a gated pod's waiter writes it on the permit; a
-	// handover to any other waiter writes the waiter's own ttlSeconds, at
-	// most this, so that a waiter whose carrier died holds the slot no
-	// longer than it would have held the line: its carrier, once it sees
-	// the permit, renews it to holdSeconds.
-	// +optional
-	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=31536000
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="holdSeconds is immutable"
-	HoldSeconds int64 `json:"holdSeconds,omitempty"`
-
-	// holderPod is the pod the waiting acquire's holder runs in, when it
-	// runs in one: a handover records it on the permit, as the acquire
-	// would have (the permit's holderPod).
-	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="holderPod is immutable"
-	HolderPod *PodRef `json:"holderPod,omitempty"`
-
 	// since is when the waiter began to wait, by its carrier's clock, to
 	// the microsecond. It orders nothing.
 	// +optional

@@ -275,11 +275,6 @@ func (in *QueenLockWaiterSpec) DeepCopyInto(out *QueenLockWaiterSpec) {
 		*out = new(PodRef)
 		**out = **in
 	}
-	if in.HolderPod != nil {
-		in, out := &in.HolderPod, &out.HolderPod
-		*out = new(PodRef)
-		**out = **in
-	}
 	if in.Since != nil {
 		in, out := &in.Since, &out.Since
 		*out = (*in).DeepCopy()

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +30,6 @@ import (
 
 	locksv1alpha1 "github.com/queen-locks/queen-locks/api/v1alpha1"
 	"github.com/queen-locks/queen-locks/locks"
-	"github.com/queen-locks/queen-locks/permit"
 	"github.com/queen-locks/queen-locks/permit/gatedpod"
 )
 
@@ -123,16 +121,9 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 	// events, wake nothing. An expired permit may be taken over before the
 	// expiry controller deletes it: the line looks again at the soonest
 	// expiry of a full lock's holders (Reconcile's RequeueAfter).
-	// A permit handed to a gated pod's waiter in place (a release, expiry
-	// or pod's end with the pod at the head of the line) is that pod's to
-	// be let in with.
-	handedToPod := predicate.Funcs{
-		CreateFunc: func(event.CreateEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			old, oldOK := e.ObjectOld.(*locksv1alpha1.QueenLock)
-			cur, curOK := e.ObjectNew.(*locksv1alpha1.QueenLock)
-			return oldOK && curOK && cur.Spec.Waiter != "" && cur.Spec.Waiter != old.Spec.Waiter && strings.HasPrefix(cur.Spec.Owner, permit.GateOwnerPrefix)
-		},
+	freed := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
@@ -141,7 +132,7 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, podToLock, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[gatedpod.Label] == gatedpod.LabelValue
 		}))).
-		Watches(&locksv1alpha1.QueenLock{}, permitToLock, builder.WithPredicates(handedToPod)).
+		Watches(&locksv1alpha1.QueenLock{}, permitToLock, builder.WithPredicates(freed)).
 		// A waiter that leaves the line may let the pods behind it move,
 		// and a gated pod's new waiter, once the cache shows it, lets that
 		// pod be weighed against every waiter ahead of it.
@@ -315,13 +306,6 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 		ns := pod.Namespace
 		ask, _ := gatedpod.ParseAsk(pod.Annotations)
 		if l.refusedRecently(pod, now) {
-			// Not tried again yet; a permit handed to it from the line
-			// meanwhile (the handover read the line before the refusal
-			// took its waiter out) goes on to the next in line now, not
-			// when the pod's retry comes.
-			if err := l.giveOn(ctx, ns, lock, gatedpod.Owner(pod)); err != nil {
-				return retry, expires, err
-			}
 			retry = true
 			continue
 		}
@@ -369,11 +353,6 @@ func (l *Line) admit(ctx context.Context, lock string, waiting []*corev1.Pod, to
 			return retry, expires, fmt.Errorf("checking whether ServiceAccount %s/%s may hold locks: %w", ns, sa, err)
 		}
 		if missing != "" {
-			// A permit handed to the pod from the line is given on: the pod
-			// cannot be let in with it.
-			if err := l.giveOn(ctx, ns, lock, gatedpod.Owner(pod)); err != nil {
-				return retry, expires, err
-			}
 			retry = true
 			tell(pod, "NotEntitled", fmt.Sprintf("ServiceAccount %q may no longer %s queenlocks in %q: the pod stays gated until it may", sa, missing, ns))
 			continue
@@ -501,26 +480,4 @@ func (l *Line) event(pod *corev1.Pod, kind, reason, note string, args ...any) {
 	if l.Recorder != nil {
 		l.Recorder.Eventf(pod, kind, reason, note, args...)
 	}
-}
-
-// giveOn releases the permit of lock that owner (a gated pod that may not
-// be let in) holds, if the cache shows one: it was handed to the pod from
-// the line, and goes on to the next in line (or frees). Without a cache
-// of holders it does nothing: the permit lives its ttl, or the pod's life.
-func (l *Line) giveOn(ctx context.Context, ns, lock, owner string) error {
-	if l.Held == nil {
-		return nil
-	}
-	held, err := l.Held.Get(ctx, ns, lock)
-	if err != nil {
-		return nil //nolint:nilerr // a cache that cannot answer: the permit lives its ttl, or the pod's life
-	}
-	for _, h := range held {
-		if h.Owner == owner {
-			if _, err := l.Locks.Release(ctx, ns, lock, h.Slot, h.Token, owner); err != nil {
-				return fmt.Errorf("giving on lock %q slot %d, handed to %s which may not hold it: %w", lock, h.Slot, owner, err)
-			}
-		}
-	}
-	return nil
 }

@@ -118,9 +118,7 @@ func (l *Line) join(ctx context.Context, lock string, pod *corev1.Pod) (*locksv1
 		Spec: locksv1alpha1.QueenLockWaiterSpec{
 			Lock: lock, Owner: gatedpod.Owner(pod), Limit: int32(max(ask.Limit, 1)), TTLSeconds: podWaiterTTL,
 			Carrier: "gate", Since: &since,
-			// A handover to the pod writes its permit's whole lifetime.
-			HoldSeconds: ttlSeconds(pod, ask),
-			Pod:         &locksv1alpha1.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
+			Pod: &locksv1alpha1.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
 		},
 	}
 	if err := l.Client.Create(ctx, w); err != nil {

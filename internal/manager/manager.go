@@ -215,18 +215,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	fence, err := NewFence(cfg, o.GuardedResources)
-	if err != nil {
-		return nil, err
-	}
 	if !o.NoExpiry {
-		// Lock decisions read the API server itself, never the cache: an
-		// expiry or a pod's end hands its permit to the head of the line
-		// read from there.
-		direct, err := client.New(cfg, client.Options{Scheme: Scheme, Mapper: mgr.GetRESTMapper()})
-		if err != nil {
-			return nil, fmt.Errorf("creating the expiry's client: %w", err)
-		}
 		// The holder pod watches are one per namespace with holder pods,
 		// each open for as long as the leader leads: without gzip (above),
 		// none keeps a decompressor's window and buffers, which with it
@@ -245,7 +234,6 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			Grace:    o.ExpiryGrace,
 			Recorder: mgr.GetEventRecorder("queen-locks"),
 			Pods:     controllers.NewPods(meta, core),
-			Locks:    locks.New(direct, o.Clock, locks.WithGrace(o.ExpiryGrace), locks.WithVersions(locks.CachedVersions(mgr.GetCache())), locks.AsManager(), locks.WithFence(fence)),
 		}
 		if err := expiry.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the expiry controller: %w", err)
@@ -258,6 +246,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// line moves on whichever replica died.
 	if err := (&controllers.LineSweep{Clock: o.Clock}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the sweep of the lines: %w", err)
+	}
+	fence, err := NewFence(cfg, o.GuardedResources)
+	if err != nil {
+		return nil, err
 	}
 	if o.GatedPods {
 		if err := setupGatedPods(mgr, cfg, o, fence); err != nil {

@@ -15,17 +15,11 @@ type Report struct {
 	Ops       map[string]int // "kind/outcome" -> count
 	Permits   int            // permit versions recorded
 	Objects   int            // ConfigMap versions recorded
-	Handovers map[string]int // release, expiry, takeover; "in place": handed to a waiter
-	// SemHandovers counts the semaphore's slots handed to a waiter in
-	// place.
-	SemHandovers int
-	// LeftWaiters counts the operations made for holdings handed to a
-	// waiter whose call had answered without them (handedToLeft).
-	LeftWaiters int
-	Renewals    int
-	Accepted    int // guarded writes stored
-	Raises      int // versions of the guarded object that only raised its record (an acquire's fence)
-	Window      int // stored writes whose permit changed between the guard's check and the commit, stored before the next acquire was answered
+	Handovers map[string]int // release, expiry, takeover
+	Renewals  int
+	Accepted  int // guarded writes stored
+	Raises    int // versions of the guarded object that only raised its record (an acquire's fence)
+	Window    int // stored writes whose permit changed between the guard's check and the commit, stored before the next acquire was answered
 	// LateCreates counts creates of a replaced holder stored after the
 	// next acquire was answered, within the bound docs/fencing.md states.
 	LateCreates int
@@ -77,15 +71,6 @@ type Report struct {
 func Check(h History, timeout time.Duration) Report {
 	r := Report{Ops: map[string]int{}, Handovers: map[string]int{}, Misbehaving: map[string]int{}, Permits: len(h.Permits), Objects: len(h.Objects)}
 	b := boundsOf(h)
-	// The order of the record as it was committed; then every handover
-	// in place becomes the end of one holding and the start of the next
-	// (splitHandovers), for every check below.
-	r.checkOrder(h)
-	var split, semSplit int
-	h.Permits, split = splitHandovers(h.Permits)
-	h.SemPermits, semSplit = splitHandovers(h.SemPermits)
-	r.Handovers["in place"] += split
-	r.SemHandovers = semSplit
 	if revokes := podRevokes(h); len(revokes) > 0 {
 		h.Ops = append(append([]Op(nil), h.Ops...), revokes...)
 		sortOps(h.Ops)
@@ -121,9 +106,7 @@ func Check(h History, timeout time.Duration) Report {
 	// (after the counts above, which are the clients' own).
 	r.settleHangUps(&h)
 	back := givenBack(h)
-	left := handedToLeft(h)
-	r.LeftWaiters = len(left)
-	if more := append(append(gatedOps(h), back...), left...); len(more) > 0 {
+	if more := append(gatedOps(h), back...); len(more) > 0 {
 		h.Ops = append(append([]Op(nil), h.Ops...), more...)
 		sortOps(h.Ops)
 		for _, op := range more {
@@ -132,6 +115,7 @@ func Check(h History, timeout time.Duration) Report {
 			}
 		}
 	}
+	r.checkOrder(h)
 	r.checkFences(h, b)
 	r.checkDeletes(h, b)
 	r.checkHandovers(h)
@@ -309,8 +293,8 @@ func (r *Report) checkFence(h History, b bounds, succ *succession, w Event, want
 	if w.Fence != w.Token {
 		r.violate(fmt.Sprintf("fence: version %d was written under token %d but records fence %d", w.Version, w.Token, w.Fence))
 	}
-	i := atVersion(h.Permits, w.Token)
-	if i == len(h.Permits) || h.Permits[i].Type == "DELETED" || h.Permits[i].Deleting {
+	i := sort.Search(len(h.Permits), func(i int) bool { return h.Permits[i].Version >= w.Token })
+	if i == len(h.Permits) || h.Permits[i].Version != w.Token || h.Permits[i].Type == "DELETED" || h.Permits[i].Deleting {
 		r.violate(fmt.Sprintf("fence: version %d of the ConfigMap was accepted under token %d, which is no held version of the permit", w.Version, w.Token))
 		return
 	}
@@ -362,8 +346,8 @@ func (r *Report) checkDeletes(h History, b bounds) {
 				d.Version, d.FenceLock, d.Fence, d.Deletable))
 			continue
 		}
-		i := atVersion(h.Permits, d.Fence)
-		if i == len(h.Permits) {
+		i := sort.Search(len(h.Permits), func(i int) bool { return h.Permits[i].Version >= d.Fence })
+		if i == len(h.Permits) || h.Permits[i].Version != d.Fence {
 			r.violate(fmt.Sprintf("delete: the ConfigMap was deleted (version %d) under token %d, which is no version of the permit", d.Version, d.Fence))
 			continue
 		}
@@ -734,18 +718,12 @@ func (r *Report) checkSemaphore(h History, b bounds) {
 		if op.Role == RoleGated {
 			continue // a gated pod holds by its Hold (checkGated), not by a permit's answers
 		}
-		key := op.Owner
-		if op.Role == RoleLeftWaiter {
-			// Handed a slot nobody was answered with (handedToLeft): a
-			// holder of its own, which the carrier gives back.
-			key = fmt.Sprintf("%s#%d", op.Owner, op.Slot)
-		}
 		switch op.Outcome {
 		case Acquired, Already, Renewed:
-			l := leases[key]
+			l := leases[op.Owner]
 			if l == nil {
 				l = &lease{slot: op.Slot, start: op.ExpiresAt - op.TTL*int64(time.Second), end: op.ExpiresAt}
-				leases[key] = l
+				leases[op.Owner] = l
 			} else if l.slot != op.Slot {
 				r.violate(fmt.Sprintf("semaphore: owner %s was answered slot %d and slot %d: %s", op.Owner, l.slot, op.Slot, op))
 			}
@@ -778,10 +756,8 @@ func (r *Report) checkSemaphore(h History, b bounds) {
 	// can carry an acquireTime before the delete was seen.
 	for _, e := range h.SemPermits {
 		if e.Type == "DELETED" || e.Deleting {
-			for _, k := range []string{e.Owner, fmt.Sprintf("%s#%d", e.Owner, e.Slot)} {
-				if l := leases[k]; l != nil && l.slot == e.Slot {
-					l.end = min(l.end, e.Seen-b.skew)
-				}
+			if l := leases[e.Owner]; l != nil && l.slot == e.Slot {
+				l.end = min(l.end, e.Seen-b.skew)
 			}
 		}
 	}

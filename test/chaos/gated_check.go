@@ -213,8 +213,8 @@ func (r *Report) checkHold(h History, l gatedLock, x Hold) bool {
 		r.violate(fmt.Sprintf("gated: %s was let in without a token: a labelled pod ran without its lock", x))
 		return false
 	}
-	i := atVersion(l.evs, x.Token)
-	if i == len(l.evs) {
+	i := sort.Search(len(l.evs), func(i int) bool { return l.evs[i].Version >= x.Token })
+	if i == len(l.evs) || l.evs[i].Version != x.Token {
 		r.violate(fmt.Sprintf("gated: %s carries a token that is no recorded version of %s", x, l.name))
 		return true
 	}

@@ -195,13 +195,6 @@ type Event struct {
 	RenewTime   int64  `json:"renewTime,omitempty"`
 	ExpireTime  int64  `json:"expireTime,omitempty"`
 	HolderPod   string `json:"holderPod,omitempty"` // the UID of spec.holderPod
-	// Waiter is spec.waiter: the QueenLockWaiter the holding was handed
-	// to in place (docs/line.md, the handover).
-	Waiter string `json:"waiter,omitempty"`
-	// Handover marks the two halves splitHandovers makes of one handover
-	// write: the end of the old holding (a DELETED) and the start of the
-	// new (an ADDED), both at the write's version.
-	Handover bool `json:"handover,omitempty"`
 
 	// ConfigMap fields: what the writer put in, and the record the webhook
 	// kept: the lock and slot of the fence, its token, and the deletable

@@ -37,13 +37,10 @@ import (
 // Exceptions to the line's order, each one of docs/line.md's "What can
 // reorder it, and by how much".
 const (
-	// RuleGap: a plain acquire's create of a slot left free lands before
-	// the first waiter's. The manager hands a slot someone waits for over
-	// in place, so what is left is a delete the manager did not make (a
-	// release straight over the Kubernetes API, a revoker's kubectl
-	// delete) and a waiter the manager's cache had not shown when the slot
-	// freed. docs/line.md, "A release over the Kubernetes API, and a manual
-	// delete" and "A cache behind".
+	// RuleGap: a plain acquire's create of a slot that a release (an
+	// expiry, a holder pod's end) left free lands before the first
+	// waiter's. docs/line.md, "The gap after a release". Drop it from
+	// lineRules once a freed permit is handed to the first waiter in place.
 	RuleGap = "the gap after a release"
 	// RuleJoinedDuring: the passed waiter joined the line after the plain
 	// acquire that passed it was sent: it was not "already waiting" (an
@@ -172,12 +169,8 @@ type leaseBegin struct {
 	slot    int
 	owner   string
 	seen    int64
-	create  bool  // a create of a free slot (not a takeover, nor a handover)
+	create  bool  // a create of a free slot (not a takeover)
 	freed   int64 // when the slot was seen free before it (a create), 0 if never held
-	// handover: the permit was handed to the head of the line in place
-	// (splitHandovers); prev is the holding it ended.
-	handover bool
-	prev     Event
 }
 
 func leaseStarts(evs []Event) []leaseBegin {
@@ -185,12 +178,9 @@ func leaseStarts(evs []Event) []leaseBegin {
 	last := map[int]Event{}
 	for i, e := range evs {
 		if leaseBegins(evs, i) {
-			b := leaseBegin{i: i, version: e.Version, slot: e.Slot, owner: e.Owner, seen: e.Seen, create: e.Type == "ADDED" && !e.Handover, handover: e.Handover}
+			b := leaseBegin{i: i, version: e.Version, slot: e.Slot, owner: e.Owner, seen: e.Seen, create: e.Type == "ADDED"}
 			if p, ok := last[e.Slot]; ok && b.create {
 				b.freed = p.Seen
-			}
-			if p, ok := last[e.Slot]; ok && b.handover {
-				b.prev = p // the end half: the holding's last state
 			}
 			out = append(out, b)
 		}
@@ -236,36 +226,17 @@ func (r *Report) checkLine(h History) {
 		for _, b := range begins {
 			var line []*waiterSpan
 			var own *waiterSpan
-			decided := int64(0)
-			if b.handover {
-				decided = handoverDecided(h, l, b)
-			}
 			for _, w := range ws {
-				if w.pos == 0 || w.pos >= b.version {
+				if w.pos == 0 || w.pos >= b.version || (w.goneV != 0 && w.goneV < b.version) {
 					continue
 				}
-				if w.goneV != 0 && w.goneV < b.version {
-					// Gone before the handover landed, but in the line when
-					// it read the line: the head it was handed to.
-					if b.handover && w.owner == b.owner && w.gone >= decided && (own == nil || w.pos < own.pos) {
-						own = w
-					}
-					continue
+				if v, ok := served[w]; ok && v < b.version {
+					continue // it holds already; its waiter is on its way out
 				}
 				if w.owner == b.owner {
-					// Its own place, even if an earlier holding of the owner
-					// served it: a handover reads the line, where a waiter
-					// of an owner that holds nothing now is still waiting.
 					if own == nil || w.pos < own.pos {
 						own = w
 					}
-					continue
-				}
-				if v, ok := served[w]; ok && v < b.version && (w.pod == "" || !endedBefore(l.evs, v, b.version)) {
-					// It holds already; its waiter is on its way out. A
-					// gated pod's waiter stays while the pod is not let in:
-					// a pod whose handed permit the gate gave back (it could
-					// not let it in) keeps its place.
 					continue
 				}
 				line = append(line, w)
@@ -361,11 +332,6 @@ func (r *Report) passRule(h History, l gatedLock, b leaseBegin, own, w *waiterSp
 	}
 	if w.pod != "" && wPod.NotAdmitted != 0 && wPod.NotAdmitted <= b.seen+int64(notAdmittedSeen) {
 		return RuleNotAdmitted
-	}
-	if b.handover && w.created > handoverDecided(h, l, b) {
-		// The handover read the line after its holding's end was asked
-		// for; a waiter that joined after that may not have been in it.
-		return RuleJoinedDuring
 	}
 	if bothGated {
 		if oPod.QueuedAt-wPod.QueuedAt <= 2*h.Skew && wPod.QueuedAt != 0 {
@@ -652,43 +618,4 @@ func printLine(w func(string, int), dur func(string, int64), f LineFigures) {
 	dur("longest a slot stayed free before a plain create passed the line", f.LongestGap)
 	dur("longest a gated pod headed a free slot's line (leader up, no outage)", f.LongestHead)
 	w("gated pods told they cannot be let in", f.NotAdmitted)
-}
-
-// endedBefore tells whether the lease that version v began in evs ended
-// (deleted, or taken by another holding of its slot) before version to.
-func endedBefore(evs []Event, v, to uint64) bool {
-	i := atVersion(evs, v)
-	if i == len(evs) {
-		return false
-	}
-	b := evs[i]
-	for _, e := range evs[i+1:] {
-		if e.Version >= to {
-			return false
-		}
-		if e.Slot == b.Slot && (e.Type == "DELETED" || e.Deleting || e.Owner != b.Owner || e.AcquireTime != b.AcquireTime) {
-			return true
-		}
-	}
-	return false
-}
-
-// handoverDecided is the earliest the handover that began b can have read
-// the line: when the end of the holding it ended was first asked for (the
-// latest release or revoke of its owner sent before the handover was seen,
-// or its expiry on a clock up to the skew ahead, or its pod's delete).
-// Until then nobody hands that slot over.
-func handoverDecided(h History, l gatedLock, b leaseBegin) int64 {
-	at := b.prev.ExpireTime - h.Skew
-	for _, op := range h.Ops {
-		if op.Lock == l.op && op.Owner == b.prev.Owner && (op.Kind == KindRelease || op.Kind == KindRevoke) && op.Call < b.seen {
-			at = min(at, op.Call)
-		}
-	}
-	for _, p := range h.PodsGone {
-		if b.prev.HolderPod != "" && p.UID == b.prev.HolderPod && p.Call < b.seen {
-			at = min(at, p.Call)
-		}
-	}
-	return at
 }

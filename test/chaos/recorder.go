@@ -199,7 +199,6 @@ func permitEventOf(t watch.EventType, p *locksv1alpha1.QueenLock, v uint64, seen
 	if p.Spec.HolderPod != nil {
 		e.HolderPod = p.Spec.HolderPod.UID
 	}
-	e.Waiter = p.Spec.Waiter
 	return e
 }
 

@@ -46,6 +46,21 @@ func (r *tlsRoute) lastAuth() string {
 	return r.auths[len(r.auths)-1]
 }
 
+// sendsAuth answers a check that a call through tr reaches r with the
+// Authorization header want (when says at which step).
+func sendsAuth(t *testing.T, tr handle.Transport, r *tlsRoute) func(want, when string) {
+	t.Helper()
+	return func(want, when string) {
+		t.Helper()
+		if _, err := tr.Get(context.Background(), "x"); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.lastAuth(); got != want {
+			t.Fatalf("Authorization %s: %q, want %q", when, got, want)
+		}
+	}
+}
+
 func serveTLSRoute(t *testing.T, ns string, ca *testcert.CA) *tlsRoute {
 	t.Helper()
 	plain, _ := startRoute(t, ns)
@@ -147,15 +162,7 @@ func TestTokenFileFromTheEnvironmentIsReRead(t *testing.T) {
 	t.Setenv(handle.TokenFileEnv, tokenFile)
 	clock := newFakeNow()
 	tr := handle.HTTPWith(r.URL, handle.HTTPOptions{CAFile: caFile}, filepath.Join(dir, "no-default"), clock.Now)
-	get := func(want, when string) {
-		t.Helper()
-		if _, err := tr.Get(ctx, "x"); err != nil {
-			t.Fatal(err)
-		}
-		if got := r.lastAuth(); got != want {
-			t.Fatalf("Authorization %s: %q, want %q", when, got, want)
-		}
-	}
+	get := sendsAuth(t, tr, r)
 	get("Bearer first-token", "at first")
 	// Another file put in its place, as the kubelet rotates a projected
 	// token (by swapping a symlink): the next call sends it, however soon,
@@ -251,7 +258,6 @@ func TestTokenFileIsReReadAfterA401(t *testing.T) {
 // A missing default token file means no token, and is looked for again once
 // TokenReread has passed: a token mounted later is sent from then on.
 func TestMissingDefaultTokenFileIsLookedForAgain(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t)
 	ca := newCA(t)
 	r := serveTLSRoute(t, ns, ca)
@@ -262,15 +268,7 @@ func TestMissingDefaultTokenFileIsLookedForAgain(t *testing.T) {
 	projected := filepath.Join(dir, "projected")
 	clock := newFakeNow()
 	tr := handle.HTTPWith(r.URL, handle.HTTPOptions{CAFile: caFile}, projected, clock.Now)
-	get := func(want, when string) {
-		t.Helper()
-		if _, err := tr.Get(ctx, "x"); err != nil {
-			t.Fatal(err)
-		}
-		if got := r.lastAuth(); got != want {
-			t.Fatalf("Authorization %s: %q, want %q", when, got, want)
-		}
-	}
+	get := sendsAuth(t, tr, r)
 	get("", "without the default file")
 	writeFile(t, projected, []byte("mounted-token\n"))
 	get("", "before TokenReread has passed")

@@ -281,13 +281,7 @@ func TestMissingDefaultTokenFileIsLookedForAgain(t *testing.T) {
 // tells them apart.
 func replace(t *testing.T, path, content string) {
 	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if int64(len(content)) != fi.Size() {
-		t.Fatalf("replace: %q is not of the file's size %d", content, fi.Size())
-	}
+	fi := sizedAs(t, path, content)
 	writeFile(t, path+".new", []byte(content))
 	if err := os.Chtimes(path+".new", time.Time{}, fi.ModTime()); err != nil {
 		t.Fatal(err)
@@ -297,17 +291,25 @@ func replace(t *testing.T, path, content string) {
 	}
 }
 
-// rewriteUnseen writes content of the same length into path, in place,
-// and gives it back its modification time: a change no stat shows.
-func rewriteUnseen(t *testing.T, path, content string) {
+// sizedAs answers the file at path, failing the test unless content is of
+// its size: a change of size would show in a stat.
+func sizedAs(t *testing.T, path, content string) os.FileInfo {
 	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if int64(len(content)) != fi.Size() {
-		t.Fatalf("rewriteUnseen: %q is not of the file's size %d", content, fi.Size())
+		t.Fatalf("%q is not of the size %d of %s", content, fi.Size(), path)
 	}
+	return fi
+}
+
+// rewriteUnseen writes content of the same length into path, in place,
+// and gives it back its modification time: a change no stat shows.
+func rewriteUnseen(t *testing.T, path, content string) {
+	t.Helper()
+	fi := sizedAs(t, path, content)
 	writeFile(t, path, []byte(content))
 	if err := os.Chtimes(path, time.Time{}, fi.ModTime()); err != nil {
 		t.Fatal(err)

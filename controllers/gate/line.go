@@ -158,17 +158,23 @@ func (l *Line) SetupWithManager(mgr ctrl.Manager) error {
 // copy: only the count is looked at.
 func (l *Line) hasGatedPods(ctx context.Context, ns, lock string) bool {
 	var list corev1.PodList
-	if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{lockIndex: lock}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := l.Client.List(ctx, &list, append(gatedPodsOf(ns, lock), client.UnsafeDisableDeepCopy)...); err != nil {
 		return true // not known: let the reconcile look
 	}
 	return len(list.Items) > 0
+}
+
+// gatedPodsOf selects, in the manager's cache, the gated pods of lock in
+// ns: what the line weighs, and what hasGatedPods counts.
+func gatedPodsOf(ns, lock string) []client.ListOption {
+	return []client.ListOption{client.InNamespace(ns), client.MatchingLabels{gatedpod.Label: gatedpod.LabelValue}, client.MatchingFields{lockIndex: lock}}
 }
 
 // Reconcile brings one lock's line forward.
 func (l *Line) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns, lock := req.Namespace, req.Name
 	var list corev1.PodList
-	if err := l.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{gatedpod.Label: gatedpod.LabelValue}, client.MatchingFields{lockIndex: lock}); err != nil {
+	if err := l.Client.List(ctx, &list, gatedPodsOf(ns, lock)...); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing gated pods of lock %q: %w", lock, err)
 	}
 	now := l.Clock.Now()
